@@ -1,0 +1,32 @@
+"""Errors a user can cause and fix. The CLI prints them as one line and exits
+non-zero; anything else escaping is a bug and keeps its traceback."""
+
+from __future__ import annotations
+
+
+class PurlinError(Exception):
+    """Base class of every error that is the user's input, not our bug."""
+
+
+class SpecError(PurlinError):
+    """A collective spec is malformed or semantically invalid."""
+
+
+class PlanError(PurlinError):
+    """A strategy cannot build a program, or a program fails validation."""
+
+
+class StrategyNotApplicable(PlanError):
+    """A strategy does not apply to a spec (e.g. two-shot on a copy collective)."""
+
+
+class ExecutionError(PurlinError):
+    """An executor could not run a program (deadlock, timeout, no device)."""
+
+
+class DeadlockError(ExecutionError):
+    """No step can make progress; the message names the blocked steps."""
+
+
+class WatchdogTimeout(ExecutionError):
+    """A device wait ran past its bound; the message names rank, step and flag."""

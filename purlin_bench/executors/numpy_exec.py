@@ -1,0 +1,82 @@
+"""The CPU reference executor: runs any Program on simulated ranks with NumPy.
+
+It does exactly what the program says and nothing more. Each call advances an
+epoch and walks the lists in a seeded random interleaving (any step whose flags
+are set may run), so a program that works only in one order is caught; if no
+step can run it raises a DeadlockError naming the blocked steps. Outputs and
+scratch are poisoned before every call, so a missing Stage shows as wrong data.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from purlin_bench.dtypes import accumulate, is_integer, resolve_dtype
+from purlin_bench.errors import ExecutionError
+from purlin_bench.program.model import Consume, FlagRef, Program, Ref, Stage
+from purlin_bench.program.schedule import Walk
+
+
+def poison(buf: np.ndarray) -> None:
+    """Fill with a value no correct program produces from check inputs."""
+    if is_integer(buf.dtype):
+        buf.fill(np.iinfo(buf.dtype).min)
+    else:
+        buf.fill(np.nan)
+
+
+class NumpyRunner:
+    def __init__(self, program: Program, seed: int = 0):
+        self.program = program
+        _, self.dtype = resolve_dtype(program.dtype)
+        self.rng = np.random.default_rng(seed)
+        self.flags: dict[FlagRef, int] = {}
+        self.epoch = 0
+        self.memory: dict[tuple[int, str], np.ndarray] = {}
+        for r in range(program.ranks):
+            for buf in ("in", "out", "scratch"):
+                rank, phys, _ = program.physical(Ref(r, buf, 0, 0))
+                if (rank, phys) not in self.memory:
+                    self.memory[(rank, phys)] = np.empty(program.buffer_count(rank, phys), dtype=self.dtype)
+
+    def view(self, ref: Ref) -> np.ndarray:
+        rank, buf, offset = self.program.physical(ref)
+        return self.memory[(rank, buf)][offset : offset + ref.count]
+
+    def buffer(self, rank: int, buf: str) -> np.ndarray:
+        return self.view(Ref(rank, buf, 0, self.program.buffer_count(rank, buf)))
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        p = self.program
+        if len(inputs) != p.ranks:
+            raise ExecutionError(f"expected {p.ranks} input arrays, got {len(inputs)}")
+        for array in self.memory.values():
+            poison(array)
+        for r, x in enumerate(inputs):
+            if x.shape != (p.in_counts[r],):
+                raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({p.in_counts[r]},)")
+            self.buffer(r, "in")[...] = x
+        self.epoch += 1
+        for _, step in Walk(p, self.flags, self.epoch).order(self.rng):
+            if isinstance(step, Stage):
+                for dst in step.dsts:
+                    self.view(dst)[...] = self.view(step.src)
+            elif isinstance(step, Consume) and step.op != "wait":
+                parts = [self.view(s).copy() for s in step.srcs]
+                value = parts[0] if step.op == "copy" else accumulate(parts, p.redop or "sum").astype(self.dtype)
+                for dst in step.dsts:
+                    self.view(dst)[...] = value
+        return [self.buffer(r, "out").copy() for r in range(p.ranks)]
+
+
+class NumpyExecutor:
+    name = "numpy"
+    description = "CPU reference: simulated ranks, NumPy, random interleaving"
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+
+    def prepare(self, program: Program) -> NumpyRunner:
+        return NumpyRunner(program, self.seed)

@@ -1,0 +1,70 @@
+"""From a spec instance, a strategy and its parameters to a validated Program.
+
+This is the orchestration layer's front door: every program anyone runs
+(check, bench, tune, load_plan) comes from :func:`plan`, and every program it
+returns has passed :func:`~purlin_bench.program.validate.validate` against the
+spec's dataflow.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from purlin_bench.errors import PlanError, StrategyNotApplicable
+from purlin_bench.program.model import Program
+from purlin_bench.program.validate import ProgramInvalid, validate
+from purlin_bench.spec.instance import Instance
+from purlin_bench.strategies import STRATEGIES, get_strategy
+from purlin_bench.strategies.base import Builder, add_call_protocol, check_params, finish, redirect_outputs_through_scratch
+
+
+def applicable(inst: Instance) -> dict[str, str | None]:
+    """For every strategy, None if it applies to ``inst``, else why not."""
+    return {name: s.refuse(inst) for name, s in STRATEGIES.items()}
+
+
+def plan(inst: Instance, strategy: str, dtype: str, redop: str | None = None, params: dict[str, Any] | None = None, inplace: bool = False) -> Program:
+    """Build and validate the program of ``strategy`` for ``inst``.
+
+    In place, a strategy whose program would overwrite an input a peer still
+    reads is rerouted through scratch (see ``redirect_outputs_through_scratch``)."""
+    chosen = get_strategy(strategy)
+    why_not = chosen.refuse(inst)
+    if why_not:
+        raise StrategyNotApplicable(why_not)
+    checked = check_params(strategy, dict(params or {}), chosen.params)
+    redop = redop or inst.spec.redop
+    key = (inst.spec, inst.ranks, inst.root, inst.count, inst.itemsize, strategy, dtype, redop, tuple(sorted(checked.items())), inplace)
+    if key not in _CACHE:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = _plan_uncached(inst, strategy, checked, dtype, redop, inplace)
+    return _CACHE[key]
+
+
+# Programs are immutable and validation is the costly part: keep recent ones.
+_CACHE: dict[tuple, Program] = {}
+_CACHE_SIZE = 256
+
+
+def _plan_uncached(inst: Instance, strategy: str, params: dict[str, int], dtype: str, redop: str | None, inplace: bool) -> Program:
+    program = _build(inst, strategy, params, dtype, redop, inplace, reroute=False)
+    if not inplace:
+        return validate(program, inst)
+    try:
+        return validate(program, inst)
+    except ProgramInvalid:
+        rerouted = _build(inst, strategy, params, dtype, redop, inplace, reroute=True)
+        return validate(rerouted, inst)
+
+
+def _build(inst: Instance, strategy: str, params: dict[str, int], dtype: str, redop: str | None, inplace: bool, reroute: bool) -> Program:
+    b = Builder(inst, params["channels"])
+    STRATEGIES[strategy].emit(b, params)
+    if reroute:
+        redirect_outputs_through_scratch(b)
+    add_call_protocol(b)
+    return finish(b, strategy, params, dtype, redop, inplace)
+
+
+__all__ = ["PlanError", "applicable", "plan"]

@@ -1,0 +1,246 @@
+"""SNAC programs as plain, frozen, serialisable data.
+
+A :class:`Program` holds, for every rank, one ordered list of steps per channel.
+A step is one of:
+
+* :class:`Stage`  - move a slice, with no wait, to where its consumer will find it
+  (a peer's scratch or output: push), or nowhere (``dsts == ()``: the input
+  itself is the staging place, and a Notify follows).
+* :class:`Notify` - bump one flag word of a peer (a release): "what I staged is there".
+  ``role`` says why: ``ready`` (my buffers are in this call and may be accessed),
+  ``data`` (a slice is staged), ``done`` (I no longer touch your buffers).
+* :class:`Consume` - wait (acquire) until its flags are bumped, then copy or
+  reduce its sources (local or remote: pull) into its destinations (local or
+  remote: push). ``op == "wait"`` only waits.
+
+Every flag is bumped by exactly one Notify per call; executors keep flags as
+epoch counters, so a program runs again with no reset. Slices are in elements
+of the program's dtype.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Union
+
+from purlin_bench.errors import PlanError
+
+SCHEMA_VERSION = 1
+BUFFERS = ("in", "out", "scratch")
+ROLES = ("ready", "data", "done")
+CONSUME_OPS = ("copy", "reduce", "wait")
+
+
+@dataclass(frozen=True)
+class Ref:
+    """``count`` elements at ``offset`` of buffer ``buf`` of rank ``rank``."""
+
+    rank: int
+    buf: str
+    offset: int
+    count: int
+
+    def text(self) -> str:
+        return f"r{self.rank}.{self.buf}[{self.offset}:{self.offset + self.count}]"
+
+
+@dataclass(frozen=True)
+class FlagRef:
+    """Flag word ``index`` of rank ``rank``; only that rank waits on it."""
+
+    rank: int
+    index: int
+
+    def text(self) -> str:
+        return f"r{self.rank}.flag[{self.index}]"
+
+
+@dataclass(frozen=True)
+class Stage:
+    src: Ref
+    dsts: tuple[Ref, ...] = ()
+    kind: str = field(default="stage", init=False)
+
+
+@dataclass(frozen=True)
+class Notify:
+    flag: FlagRef
+    role: str = "data"
+    kind: str = field(default="notify", init=False)
+
+
+@dataclass(frozen=True)
+class Consume:
+    waits: tuple[FlagRef, ...]
+    op: str
+    srcs: tuple[Ref, ...] = ()
+    dsts: tuple[Ref, ...] = ()
+    kind: str = field(default="consume", init=False)
+
+
+Step = Union[Stage, Notify, Consume]
+
+
+@dataclass(frozen=True)
+class StepId:
+    rank: int
+    channel: int
+    index: int
+
+    def text(self) -> str:
+        return f"rank {self.rank} channel {self.channel} step {self.index}"
+
+
+@dataclass(frozen=True)
+class Program:
+    collective: str
+    strategy: str
+    params: tuple[tuple[str, Any], ...]
+    ranks: int
+    root: int
+    count: int
+    dtype: str
+    redop: str | None
+    inplace: bool
+    in_counts: tuple[int, ...]
+    out_counts: tuple[int, ...]
+    scratch_count: int  # elements of scratch every rank has (symmetric)
+    flag_counts: tuple[int, ...]  # flag words per rank
+    # In place, each rank's smaller buffer (in or out) is a view of its larger
+    # one (out when sizes tie) at this offset; None out of place.
+    inplace_offsets: tuple[int, ...] | None
+    lists: tuple[tuple[tuple[Step, ...], ...], ...]  # [rank][channel] -> steps
+    schema: int = SCHEMA_VERSION
+
+    @property
+    def channels(self) -> int:
+        return max((len(ch) for ch in self.lists), default=0)
+
+    def param(self, name: str, default: Any = None) -> Any:
+        return dict(self.params).get(name, default)
+
+    def steps(self) -> Iterator[tuple[StepId, Step]]:
+        for rank, chans in enumerate(self.lists):
+            for channel, steps in enumerate(chans):
+                for index, step in enumerate(steps):
+                    yield StepId(rank, channel, index), step
+
+    def step_count(self) -> int:
+        return sum(len(steps) for chans in self.lists for steps in chans)
+
+    def physical(self, ref: Ref) -> tuple[int, str, int]:
+        """Where ``ref`` lives: (rank, buffer, offset) after in-place aliasing."""
+        if self.inplace_offsets is None or ref.buf == "scratch":
+            return ref.rank, ref.buf, ref.offset
+        larger = "out" if self.out_counts[ref.rank] >= self.in_counts[ref.rank] else "in"
+        if ref.buf == larger:
+            return ref.rank, ref.buf, ref.offset
+        return ref.rank, larger, ref.offset + self.inplace_offsets[ref.rank]
+
+    def buffer_count(self, rank: int, buf: str) -> int:
+        if buf == "in":
+            return self.in_counts[rank]
+        if buf == "out":
+            return self.out_counts[rank]
+        return self.scratch_count
+
+    # -- serialisation -------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "collective": self.collective,
+            "strategy": self.strategy,
+            "params": dict(self.params),
+            "ranks": self.ranks,
+            "root": self.root,
+            "count": self.count,
+            "dtype": self.dtype,
+            "redop": self.redop,
+            "inplace": self.inplace,
+            "in_counts": list(self.in_counts),
+            "out_counts": list(self.out_counts),
+            "scratch_count": self.scratch_count,
+            "flag_counts": list(self.flag_counts),
+            "inplace_offsets": None if self.inplace_offsets is None else list(self.inplace_offsets),
+            "lists": [[[_step_to_dict(s) for s in steps] for steps in chans] for chans in self.lists],
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> "Program":
+        try:
+            schema = int(data["schema"])
+            if schema > SCHEMA_VERSION:
+                raise PlanError(f"program schema {schema} is newer than this purlin-bench understands ({SCHEMA_VERSION}); upgrade purlin-bench")
+            offsets = data["inplace_offsets"]
+            return Program(
+                collective=str(data["collective"]),
+                strategy=str(data["strategy"]),
+                params=tuple(sorted(data["params"].items())),
+                ranks=int(data["ranks"]),
+                root=int(data["root"]),
+                count=int(data["count"]),
+                dtype=str(data["dtype"]),
+                redop=data["redop"],
+                inplace=bool(data["inplace"]),
+                in_counts=tuple(int(x) for x in data["in_counts"]),
+                out_counts=tuple(int(x) for x in data["out_counts"]),
+                scratch_count=int(data["scratch_count"]),
+                flag_counts=tuple(int(x) for x in data["flag_counts"]),
+                inplace_offsets=None if offsets is None else tuple(int(x) for x in offsets),
+                lists=tuple(tuple(tuple(_step_from_dict(s) for s in steps) for steps in chans) for chans in data["lists"]),
+                schema=schema,
+            )
+        except PlanError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise PlanError(f"not a valid program: {type(exc).__name__}: {exc}") from None
+
+
+def _ref_to_list(ref: Ref) -> list:
+    return [ref.rank, ref.buf, ref.offset, ref.count]
+
+
+def _ref_from_list(raw: list) -> Ref:
+    rank, buf, offset, count = raw
+    if buf not in BUFFERS:
+        raise ValueError(f"unknown buffer {buf!r}")
+    return Ref(int(rank), str(buf), int(offset), int(count))
+
+
+def _step_to_dict(step: Step) -> dict[str, Any]:
+    if isinstance(step, Stage):
+        return {"kind": "stage", "src": _ref_to_list(step.src), "dsts": [_ref_to_list(d) for d in step.dsts]}
+    if isinstance(step, Notify):
+        return {"kind": "notify", "flag": [step.flag.rank, step.flag.index], "role": step.role}
+    return {
+        "kind": "consume",
+        "waits": [[f.rank, f.index] for f in step.waits],
+        "op": step.op,
+        "srcs": [_ref_to_list(s) for s in step.srcs],
+        "dsts": [_ref_to_list(d) for d in step.dsts],
+    }
+
+
+def _step_from_dict(raw: dict[str, Any]) -> Step:
+    kind = raw["kind"]
+    if kind == "stage":
+        return Stage(_ref_from_list(raw["src"]), tuple(_ref_from_list(d) for d in raw["dsts"]))
+    if kind == "notify":
+        if raw["role"] not in ROLES:
+            raise ValueError(f"unknown notify role {raw['role']!r}")
+        return Notify(FlagRef(*map(int, raw["flag"])), raw["role"])
+    if kind == "consume":
+        if raw["op"] not in CONSUME_OPS:
+            raise ValueError(f"unknown consume op {raw['op']!r}")
+        return Consume(
+            tuple(FlagRef(*map(int, f)) for f in raw["waits"]),
+            raw["op"],
+            tuple(_ref_from_list(s) for s in raw["srcs"]),
+            tuple(_ref_from_list(d) for d in raw["dsts"]),
+        )
+    raise ValueError(f"unknown step kind {kind!r}")

@@ -1,0 +1,330 @@
+"""Prove a program correct before anything runs it.
+
+Checks, in order:
+
+1. **Shape**: every slice lies inside its buffer, copies move equal counts,
+   a rank waits only on its own flags, every flag is notified exactly once and
+   waited on, ``ready`` notifies open their list.
+2. **No deadlock**: a walk that runs any step whose flags are set finishes.
+3. **Happens-before** (vector clocks over the lists): every read of out or
+   scratch sees a write that happens before it (staged, then notified); no two
+   accesses to one element, one of them a write, are unordered (scratch never
+   overlaps live data, in-place programs never clobber what a peer still reads);
+   a rank's buffers are touched by a peer only after that rank entered the call
+   (a step of it happens before) and before it leaves (a step of it happens after).
+4. **Content**: symbolic execution gives, for every output element, the set of
+   input elements it holds; it must be exactly what the spec's dataflow says.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from purlin_bench.errors import PlanError
+from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step, StepId
+from purlin_bench.program.schedule import Walk
+from purlin_bench.spec.instance import Instance, key_text
+
+# A symbolic value: the multiset of input elements reduced into an element,
+# each as (input rank, shift) meaning in_rank[position + shift].
+Term = tuple[tuple[int, int], ...]
+MAX_STEPS = 400_000
+
+
+class ProgramInvalid(PlanError):
+    """A program breaks a SNAC rule; the message names the step and the rule."""
+
+
+@dataclass
+class _Segment:
+    start: int
+    end: int
+    term: Term | None  # None: garbage (never written this call)
+    writer: int  # global step number of the last write, -1 for "before the call"
+    readers: list[int]
+
+
+class _Memory:
+    """An interval map over one rank's physical buffer (in, out or scratch)."""
+
+    def __init__(self, size: int, initial: Term | None, initial_range: tuple[int, int] | None = None):
+        self.segs: list[_Segment] = [_Segment(0, size, None, -1, [])]
+        if initial_range is not None:
+            lo, hi = initial_range
+            self._split(lo)
+            self._split(hi)
+            for seg in self._covering(lo, hi):
+                seg.term = initial
+        elif initial is not None:
+            self.segs[0].term = initial
+
+    def _split(self, at: int) -> None:
+        starts = [s.start for s in self.segs]
+        i = bisect.bisect_right(starts, at) - 1
+        if i < 0 or at <= self.segs[i].start or at >= self.segs[i].end:
+            return
+        seg = self.segs[i]
+        right = _Segment(at, seg.end, _shift_term(seg.term, 0), seg.writer, list(seg.readers))
+        seg.end = at
+        self.segs.insert(i + 1, right)
+
+    def _covering(self, lo: int, hi: int) -> list[_Segment]:
+        starts = [s.start for s in self.segs]
+        i = max(0, bisect.bisect_right(starts, lo) - 1)
+        out = []
+        while i < len(self.segs) and self.segs[i].start < hi:
+            if self.segs[i].end > lo:
+                out.append(self.segs[i])
+            i += 1
+        return out
+
+    def read(self, lo: int, hi: int) -> list[_Segment]:
+        self._split(lo)
+        self._split(hi)
+        return self._covering(lo, hi)
+
+
+def _shift_term(term: Term | None, delta: int) -> Term | None:
+    if term is None:
+        return None
+    return tuple(sorted((rank, shift + delta) for rank, shift in term))
+
+
+class _Validator:
+    def __init__(self, program: Program, instance: Instance | None):
+        self.p = program
+        self.inst = instance
+        self.lists = [(r, c) for r in range(program.ranks) for c in range(len(program.lists[r]))]
+        self.list_index = {key: i for i, key in enumerate(self.lists)}
+
+    def fail(self, sid: StepId | None, why: str) -> ProgramInvalid:
+        where = f"{sid.text()}: " if sid else ""
+        return ProgramInvalid(f"{self.p.collective}/{self.p.strategy}: {where}{why}")
+
+    # -- 1. shape --------------------------------------------------------
+    def check_shape(self) -> None:
+        p = self.p
+        if len(p.lists) != p.ranks:
+            raise self.fail(None, f"has lists for {len(p.lists)} ranks, expected {p.ranks}")
+        if p.step_count() > MAX_STEPS:
+            raise self.fail(None, f"has {p.step_count()} steps (limit {MAX_STEPS}); use larger slices")
+        notified: Counter[FlagRef] = Counter()
+        waited: set[FlagRef] = set()
+        for sid, step in p.steps():
+            refs: list[Ref] = []
+            if isinstance(step, Stage):
+                if step.src.rank != sid.rank:
+                    raise self.fail(sid, f"stages {step.src.text()}, which is not its own rank's data")
+                refs = [step.src, *step.dsts]
+                if any(d.count != step.src.count for d in step.dsts):
+                    raise self.fail(sid, "stage destinations differ in size from the source")
+            elif isinstance(step, Notify):
+                self._check_flag(sid, step.flag)
+                notified[step.flag] += 1
+                if step.role == "ready" and any(
+                    not (isinstance(s, Notify) and s.role == "ready") and not (isinstance(s, Stage) and not s.dsts)
+                    for s in p.lists[sid.rank][sid.channel][: sid.index]
+                ):
+                    raise self.fail(sid, "a 'ready' notify must open its list (it says the call has started)")
+            elif isinstance(step, Consume):
+                for flag in step.waits:
+                    self._check_flag(sid, flag)
+                    if flag.rank != sid.rank:
+                        raise self.fail(sid, f"waits on {flag.text()}, another rank's flag")
+                    waited.add(flag)
+                refs = [*step.srcs, *step.dsts]
+                if step.op == "wait":
+                    if step.srcs or step.dsts or not step.waits:
+                        raise self.fail(sid, "a wait-only consume has flags and no data")
+                else:
+                    if not step.srcs or not step.dsts:
+                        raise self.fail(sid, f"a {step.op} needs sources and destinations")
+                    if step.op == "copy" and len(step.srcs) != 1:
+                        raise self.fail(sid, "a copy has exactly one source")
+                    if len({r.count for r in refs}) != 1:
+                        raise self.fail(sid, "sources and destinations differ in size")
+                    if step.op == "reduce" and p.redop is None:
+                        raise self.fail(sid, "reduces, but the program has no reduction op")
+            else:
+                raise self.fail(sid, f"unknown step {step!r}")
+            for ref in refs:
+                self._check_ref(sid, ref)
+        for flag, n in notified.items():
+            if n != 1:
+                raise self.fail(None, f"{flag.text()} is notified {n} times per call; each flag has one notifier")
+            if flag not in waited:
+                raise self.fail(None, f"{flag.text()} is notified but nobody waits on it")
+        for flag in waited - set(notified):
+            raise self.fail(None, f"{flag.text()} is waited on but never notified")
+
+    def _check_flag(self, sid: StepId, flag: FlagRef) -> None:
+        if not (0 <= flag.rank < self.p.ranks and 0 <= flag.index < self.p.flag_counts[flag.rank]):
+            raise self.fail(sid, f"{flag.text()} does not exist")
+
+    def _check_ref(self, sid: StepId, ref: Ref) -> None:
+        if not 0 <= ref.rank < self.p.ranks:
+            raise self.fail(sid, f"{ref.text()} names a rank out of range")
+        size = self.p.buffer_count(ref.rank, ref.buf)
+        if ref.offset < 0 or ref.count < 0 or ref.offset + ref.count > size:
+            raise self.fail(sid, f"{ref.text()} lies outside {ref.buf} ({size} elements)")
+
+    # -- 2 and 3: order, then memory ------------------------------------
+    def run(self) -> None:
+        self.check_shape()
+        p = self.p
+        nlists = len(self.lists)
+        order: list[tuple[StepId, Step]] = list(Walk(p).order())
+        number = {sid: k for k, (sid, _) in enumerate(order)}
+        clocks = np.full((len(order), nlists), -1, dtype=np.int64)
+        notifier: dict[FlagRef, int] = {}
+        last_in_list: dict[int, int] = {}
+        for k, (sid, step) in enumerate(order):
+            li = self.list_index[(sid.rank, sid.channel)]
+            if li in last_in_list:
+                clocks[k] = clocks[last_in_list[li]]
+            if isinstance(step, Consume):
+                for flag in step.waits:
+                    np.maximum(clocks[k], clocks[notifier[flag]], out=clocks[k])
+            clocks[k, li] = sid.index
+            last_in_list[li] = k
+            if isinstance(step, Notify):
+                notifier[step.flag] = k
+        self.order, self.number, self.clocks = order, number, clocks
+        self.rank_lists = [[self.list_index[(r, c)] for c in range(len(p.lists[r]))] for r in range(p.ranks)]
+        # Per rank: the latest step of every list that happens before some step of that rank.
+        self.reach = np.stack([clocks[[number[sid] for sid, _ in order if sid.rank == r]].max(axis=0) if any(sid.rank == r for sid, _ in order) else np.full(nlists, -1) for r in range(p.ranks)])
+        self._memory_pass()
+
+    def hb(self, a: int, b: int) -> bool:
+        """Step number a happens before step number b."""
+        if a < 0:
+            return True
+        sid_a = self.order[a][0]
+        return a != b and self.clocks[b, self.list_index[(sid_a.rank, sid_a.channel)]] >= sid_a.index
+
+    def _physical(self, ref: Ref) -> tuple[int, str, int]:
+        return self.p.physical(ref)
+
+    def _memory_pass(self) -> None:
+        p = self.p
+        mem: dict[tuple[int, str], _Memory] = {}
+        for r in range(p.ranks):
+            if p.inplace_offsets is not None:
+                off = p.inplace_offsets[r]
+                if p.out_counts[r] >= p.in_counts[r]:
+                    mem[(r, "out")] = _Memory(p.out_counts[r], ((r, -off),), (off, off + p.in_counts[r]))
+                else:
+                    mem[(r, "in")] = _Memory(p.in_counts[r], ((r, 0),))
+            else:
+                mem[(r, "in")] = _Memory(p.in_counts[r], ((r, 0),))
+                mem[(r, "out")] = _Memory(p.out_counts[r], None)
+            mem[(r, "scratch")] = _Memory(p.scratch_count, None)
+        for k, (sid, step) in enumerate(self.order):
+            if isinstance(step, Stage):
+                if step.dsts:
+                    self._move(k, sid, [step.src], step.dsts, "copy", mem)
+            elif isinstance(step, Consume) and step.op != "wait":
+                self._move(k, sid, list(step.srcs), step.dsts, step.op, mem)
+        if self.inst is not None:
+            self._check_outputs(mem)
+
+    def _remote(self, k: int, sid: StepId, ref: Ref) -> None:
+        if ref.rank == sid.rank:
+            return
+        li = self.list_index[(sid.rank, sid.channel)]
+        if not any(self.clocks[k, l] >= 0 for l in self.rank_lists[ref.rank]):
+            raise self.fail(sid, f"touches {ref.text()} before rank {ref.rank} is known to be in this call (no 'ready' from it)")
+        if self.reach[ref.rank, li] < sid.index:
+            raise self.fail(sid, f"touches {ref.text()} but rank {ref.rank} may finish before it (no 'done' to it)")
+
+    def _move(self, k: int, sid: StepId, srcs: list[Ref], dsts: tuple[Ref, ...], op: str, mem) -> None:
+        count = srcs[0].count
+        if count == 0:
+            return
+        # Read every source: contents must be written, and written before us.
+        per_src: list[list[tuple[int, int, Term]]] = []  # (lo, hi, term) in position-relative coords
+        read_ranges = []
+        for ref in srcs:
+            self._remote(k, sid, ref)
+            rank, buf, off = self._physical(ref)
+            pieces = []
+            for seg in mem[(rank, buf)].read(off, off + count):
+                if seg.term is None:
+                    raise self.fail(sid, f"reads {ref.text()}, which holds nothing yet at [{seg.start}:{seg.end}) (missing stage?)")
+                if not self.hb(seg.writer, k):
+                    wsid = self.order[seg.writer][0]
+                    raise self.fail(sid, f"reads {ref.text()}, written by {wsid.text()} with no notify between them")
+                seg.readers.append(k)
+                pieces.append((seg.start - off, seg.end - off, _shift_term(seg.term, off)))
+            per_src.append(pieces)
+            read_ranges.append((rank, buf, off))
+        result = _combine(per_src, op)
+        for ref in dsts:
+            self._remote(k, sid, ref)
+            rank, buf, off = self._physical(ref)
+            for seg in mem[(rank, buf)].read(off, off + count):
+                if not self.hb(seg.writer, k) and seg.writer != k:
+                    wsid = self.order[seg.writer][0]
+                    raise self.fail(sid, f"writes {ref.text()} while {wsid.text()} may still write it")
+                for reader in seg.readers:
+                    same_place = reader == k and (rank, buf, off) in read_ranges
+                    if reader != k and not self.hb(reader, k) or reader == k and not same_place:
+                        rsid = self.order[reader][0]
+                        raise self.fail(sid, f"writes {ref.text()} while {rsid.text()} may still read it")
+            memory = mem[(rank, buf)]
+            memory._split(off)
+            memory._split(off + count)
+            # Replace the covered segments by the result's pieces.
+            covered = memory._covering(off, off + count)
+            first = memory.segs.index(covered[0])
+            new = [_Segment(off + lo, off + hi, _shift_term(term, -off), k, []) for lo, hi, term in result]
+            memory.segs[first : first + len(covered)] = new
+
+    def _check_outputs(self, mem) -> None:
+        inst = self.inst
+        for rank, layout in enumerate(inst.outputs):
+            for key, place in layout:
+                if place.count == 0:
+                    continue
+                prank, pbuf, poff = self._physical(Ref(rank, "out", place.offset, place.count))
+                expected = tuple(sorted((s.rank, s.offset - poff) for s in inst.sources_of(key)))
+                for seg in mem[(prank, pbuf)].read(poff, poff + place.count):
+                    if seg.term != expected:
+                        got = "nothing" if seg.term is None else _term_text(seg.term, seg.start)
+                        raise self.fail(
+                            None,
+                            f"rank {rank} output {key_text(key)} at [{seg.start}:{seg.end}) ends holding {got}, "
+                            f"expected {_term_text(expected, seg.start)}",
+                        )
+
+
+def _term_text(term: Term, at: int) -> str:
+    return " + ".join(f"in{rank}[{at + shift}...]" for rank, shift in term)
+
+
+def _combine(per_src: list[list[tuple[int, int, Term]]], op: str) -> list[tuple[int, int, Term]]:
+    """Merge the sources' piecewise terms; a reduce unions them (multiset)."""
+    if op == "copy":
+        return per_src[0]
+    cuts = sorted({b for pieces in per_src for lo, hi, _ in pieces for b in (lo, hi)})
+    out = []
+    idx = [0] * len(per_src)
+    for lo, hi in zip(cuts, cuts[1:]):
+        terms: list[tuple[int, int]] = []
+        for s, pieces in enumerate(per_src):
+            while pieces[idx[s]][1] <= lo:
+                idx[s] += 1
+            terms.extend(pieces[idx[s]][2])
+        out.append((lo, hi, tuple(sorted(terms))))
+    return out
+
+
+def validate(program: Program, instance: Instance | None = None) -> Program:
+    """Raise :class:`ProgramInvalid` unless ``program`` obeys every SNAC rule
+    (and, given ``instance``, computes exactly its dataflow). Returns it."""
+    _Validator(program, instance).run()
+    return program

@@ -1,0 +1,231 @@
+"""A spec instantiated for R ranks, a root, a count and an element size.
+
+This is the semantics layer's output: buffer sizes, where every chunk sits,
+the *dataflow* (which input places feed which output places) and the NumPy
+reference. Strategies read only the dataflow (:attr:`Instance.flows`), never the
+collective's name.
+
+How ``count`` maps to chunks (as in NCCL, any positive count works):
+
+* ``count: chunk`` (all-gather, all-to-all, gather, scatter, reduce-scatter):
+  every chunk holds ``count`` elements.
+* ``count: buffer`` (all-reduce, broadcast, reduce): ``count`` is the size of a
+  buffer that lists every chunk name once (all-reduce's input); the chunks split
+  it in their order there, each a whole number of 16-byte units where the count
+  allows, the first ones full and the last taking the rest (some may be empty).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from purlin_bench.dtypes import accumulate
+from purlin_bench.errors import SpecError
+from purlin_bench.spec.expr import ExprError
+from purlin_bench.spec.loader import CollectiveSpec
+
+ChunkKey = tuple  # ("c", 3) or ("c",)
+
+
+def key_text(key: ChunkKey) -> str:
+    return key[0] if len(key) == 1 else f"{key[0]}({', '.join(map(str, key[1:]))})"
+
+
+@dataclass(frozen=True)
+class Place:
+    """``count`` elements at ``offset`` of one rank's input or output buffer."""
+
+    rank: int
+    offset: int
+    count: int
+
+
+@dataclass(frozen=True)
+class Flow:
+    """One unit of dataflow: the same ``count`` elements read at every source
+    place are copied (one source) or reduced (any number) into every consumer place."""
+
+    sources: tuple[Place, ...]
+    consumers: tuple[Place, ...]
+    count: int
+
+    def source_ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({p.rank for p in self.sources}))
+
+    def consumer_ranks(self) -> tuple[int, ...]:
+        return tuple(sorted({p.rank for p in self.consumers}))
+
+
+@dataclass(frozen=True, eq=False)
+class Instance:
+    spec: CollectiveSpec
+    ranks: int
+    root: int
+    count: int
+    itemsize: int
+    chunk_counts: dict[ChunkKey, int]
+    inputs: tuple[tuple[tuple[ChunkKey, Place], ...], ...]  # per rank, in layout order
+    outputs: tuple[tuple[tuple[ChunkKey, Place], ...], ...]
+    flows: tuple[Flow, ...]
+
+    @property
+    def op(self) -> str:
+        return self.spec.op
+
+    @property
+    def in_counts(self) -> tuple[int, ...]:
+        return tuple(sum(p.count for _, p in layout) for layout in self.inputs)
+
+    @property
+    def out_counts(self) -> tuple[int, ...]:
+        return tuple(sum(p.count for _, p in layout) for layout in self.outputs)
+
+    def sources_of(self, key: ChunkKey) -> list[Place]:
+        return [p for layout in self.inputs for k, p in layout if k == key]
+
+    def reference(self, inputs: Sequence[np.ndarray], redop: str | None = None) -> list[np.ndarray]:
+        """Expected outputs for ``inputs`` (one array per rank), accumulated in
+        float64 (int64 for integers) and cast once to the buffers' dtype."""
+        if len(inputs) != self.ranks:
+            raise ValueError(f"expected {self.ranks} input arrays, got {len(inputs)}")
+        dtype = inputs[0].dtype
+        outs = [np.zeros(n, dtype=dtype) for n in self.out_counts]
+        for rank, layout in enumerate(self.outputs):
+            for key, place in layout:
+                parts = [inputs[s.rank][s.offset : s.offset + s.count] for s in self.sources_of(key)]
+                if self.op == "copy":
+                    value = parts[0]
+                else:
+                    value = accumulate(parts, redop or self.spec.redop or "sum").astype(dtype)
+                outs[rank][place.offset : place.offset + place.count] = value
+        return outs
+
+    def inplace_offsets(self) -> tuple[int, ...]:
+        """Per rank, the offset of its smaller buffer inside its larger one when
+        the collective runs in place (nccl-tests' convention: all-gather's input is
+        chunk r of the output, reduce-scatter's output is chunk r of the input)."""
+        offsets = []
+        for rank in range(self.ranks):
+            ins, outs = self.inputs[rank], self.outputs[rank]
+            small, large = (ins, outs) if self.out_counts[rank] >= self.in_counts[rank] else (outs, ins)
+            keys = [k for k, _ in small]
+            if not keys:
+                offsets.append(0)
+                continue
+            large_keys = [k for k, _ in large]
+            at = next((p for p in range(len(large_keys) - len(keys) + 1) if large_keys[p : p + len(keys)] == keys), None)
+            if at is None:
+                raise SpecError(f"{self.spec.name} cannot run in place: rank {rank}'s input and output do not nest (no common run of chunks)")
+            offsets.append(large[at][1].offset)
+        return tuple(offsets)
+
+    def bench_size_elements(self) -> int:
+        return self.spec.bench.size_elements.int({"count": self.count, "R": self.ranks})
+
+    def busbw_factor(self) -> float:
+        return float(self.spec.bench.busbw_factor({"R": self.ranks}))
+
+
+def _layouts(spec: CollectiveSpec, side: str, ranks: int, root: int) -> list[list[ChunkKey]]:
+    entries = spec.input if side == "input" else spec.output
+    result = []
+    for r in range(ranks):
+        env = {"r": r, "R": ranks, "root": root}
+        keys: list[ChunkKey] = []
+        for entry in entries:
+            try:
+                keys.extend(entry.expand(env))
+            except ExprError as exc:
+                raise SpecError(f"{spec.source}: {entry.where}: {exc} (rank {r} of {ranks})") from None
+        result.append(keys)
+    return result
+
+
+def _chunk_counts(spec: CollectiveSpec, ins: list[list[ChunkKey]], outs: list[list[ChunkKey]], count: int, itemsize: int, ranks: int) -> dict[ChunkKey, int]:
+    names = {k for layout in ins + outs for k in layout}
+    if spec.count_mode == "chunk":
+        return {k: count for k in names}
+    # count: buffer. Find a buffer listing every chunk name exactly once.
+    for layout in ins + outs:
+        if set(layout) == names and len(layout) == len(names):
+            unit = max(1, 16 // itemsize)
+            per = -(-count // max(1, len(layout)))
+            per = -(-per // unit) * unit
+            return {k: max(0, min(per, count - i * per)) for i, k in enumerate(layout)}
+    raise SpecError(
+        f"{spec.source}: count: 'buffer' needs one buffer that lists every chunk name once "
+        f"(with {ranks} ranks none does); use 'count: chunk'"
+    )
+
+
+def _place(layout: list[ChunkKey], counts: dict[ChunkKey, int], rank: int) -> tuple[tuple[ChunkKey, Place], ...]:
+    offset, placed = 0, []
+    for key in layout:
+        placed.append((key, Place(rank, offset, counts[key])))
+        offset += counts[key]
+    return tuple(placed)
+
+
+def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, root: int = 0) -> Instance:
+    """Instantiate ``spec`` and validate its semantics for this rank count."""
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise SpecError(f"ranks must be a positive whole number, got {ranks!r}")
+    if not spec.supports_ranks(ranks):
+        raise SpecError(f"{spec.name} does not support {ranks} ranks (requires {spec.requires.text})")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise SpecError(f"count must be a whole number >= 0, got {count!r}")
+    if spec.rooted and not 0 <= root < ranks:
+        raise SpecError(f"root {root} is out of range for {ranks} ranks (0..{ranks - 1})")
+    ins = _layouts(spec, "input", ranks, root)
+    outs = _layouts(spec, "output", ranks, root)
+    counts = _chunk_counts(spec, ins, outs, count, itemsize, ranks)
+    inputs = tuple(_place(layout, counts, r) for r, layout in enumerate(ins))
+    outputs = tuple(_place(layout, counts, r) for r, layout in enumerate(outs))
+    sources: dict[ChunkKey, list[Place]] = {}
+    for layout in inputs:
+        for key, place in layout:
+            sources.setdefault(key, []).append(place)
+    for rank, layout in enumerate(outputs):
+        for key, _ in layout:
+            found = sources.get(key, [])
+            if not found:
+                raise SpecError(f"{spec.source}: output: chunk {key_text(key)} of rank {rank} has no source in any input (with {ranks} ranks, root {root})")
+            if spec.op == "copy" and len(found) > 1:
+                where = ", ".join(f"rank {p.rank}" for p in found)
+                raise SpecError(f"{spec.source}: input: copy chunk {key_text(key)} has {len(found)} sources ({where}); a copy needs exactly one (with {ranks} ranks, root {root})")
+    flows = _coalesce(outputs, sources)
+    return Instance(spec, ranks, root, count, itemsize, counts, inputs, outputs, flows)
+
+
+def _coalesce(outputs, sources: dict[ChunkKey, list[Place]]) -> tuple[Flow, ...]:
+    """Turn output chunks into flows: neighbouring output chunks whose sources
+    are neighbours at the same ranks merge into one, and outputs with the same
+    sources share one flow (all-reduce becomes one flow of the whole buffer with
+    R consumers). Empty chunks vanish."""
+    runs: list[tuple[tuple[Place, ...], Place]] = []  # (sources, consumer place)
+    for layout in outputs:
+        current: tuple[tuple[Place, ...], Place] | None = None
+        for key, place in layout:
+            if place.count == 0:
+                continue
+            srcs = tuple(sorted(sources[key], key=lambda p: (p.rank, p.offset)))
+            if current is not None:
+                prev_srcs, prev = current
+                adjacent = prev.offset + prev.count == place.offset and len(prev_srcs) == len(srcs) and all(
+                    a.rank == b.rank and a.offset + a.count == b.offset for a, b in zip(prev_srcs, srcs)
+                )
+                if adjacent:
+                    merged = tuple(Place(a.rank, a.offset, a.count + b.count) for a, b in zip(prev_srcs, srcs))
+                    current = (merged, Place(prev.rank, prev.offset, prev.count + place.count))
+                    continue
+                runs.append(current)
+            current = (srcs, place)
+        if current is not None:
+            runs.append(current)
+    grouped: dict[tuple[Place, ...], list[Place]] = {}
+    for srcs, consumer in runs:
+        grouped.setdefault(srcs, []).append(consumer)
+    return tuple(Flow(srcs, tuple(consumers), consumers[0].count) for srcs, consumers in grouped.items())

@@ -1,0 +1,299 @@
+"""Load and validate collective specs (``collectives/*.yaml``).
+
+A spec names, for every rank ``r`` of ``R`` ranks, the chunks of its input and
+output buffers, and one op. Layouts are lists of entries::
+
+    input:
+      - chunk: c(i)             # a chunk name, optionally with index expressions
+        for: i in range(R)      # zero or more loops, outermost first
+        when: r == root         # optional condition; the entry is skipped if false
+
+Names available in expressions: ``r`` (this rank), ``R`` (rank count), ``root``,
+and the loop variables. See README.md for the full syntax.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from purlin_bench.errors import SpecError
+from purlin_bench.resources import data_dir
+from purlin_bench.spec.expr import Expr, ExprError, parse
+
+BASE_NAMES = frozenset({"r", "R", "root"})
+OPS = ("copy", "reduce")
+REDOPS = ("sum", "prod", "max", "min")
+COUNT_MODES = ("buffer", "chunk")
+_TOP_KEYS = {"name", "description", "op", "reduce", "count", "requires", "bench", "input", "output"}
+_ENTRY_KEYS = {"chunk", "for", "when"}
+_LOOP = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+range\((.*)\)\s*$")
+_CHUNK = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*$")
+# Ranks tried when a spec is loaded, so that semantic errors (no source for an
+# output, two sources for a copy) surface at load with the file and field.
+LOAD_CHECK_RANKS = range(1, 9)
+
+
+@dataclass(frozen=True)
+class Loop:
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr
+
+    def values(self, env: dict[str, Any]) -> range:
+        step = self.step.int(env)
+        if step == 0:
+            raise ExprError(f"range step of '{self.var}' is zero")
+        return range(self.start.int(env), self.stop.int(env), step)
+
+
+@dataclass(frozen=True)
+class LayoutEntry:
+    """One line of a layout: a chunk template, its loops and its condition."""
+
+    where: str  # e.g. "output[1]", for error messages
+    name: str
+    args: tuple[Expr, ...]
+    loops: tuple[Loop, ...]
+    when: Expr | None
+
+    def expand(self, env: dict[str, Any]) -> list[tuple]:
+        """The chunk keys this entry lists for one rank, in order."""
+        keys: list[tuple] = []
+
+        def walk(depth: int, scope: dict[str, Any]) -> None:
+            if depth == len(self.loops):
+                if self.when is None or self.when.bool(scope):
+                    keys.append((self.name, *(a.int(scope) for a in self.args)))
+                return
+            loop = self.loops[depth]
+            for value in loop.values(scope):
+                walk(depth + 1, {**scope, loop.var: value})
+
+        walk(0, env)
+        return keys
+
+
+@dataclass(frozen=True)
+class BenchConventions:
+    """nccl-tests conventions: message size S in elements, and the busbw factor."""
+
+    size_elements: Expr
+    busbw_factor: Expr
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    name: str
+    description: str
+    op: str  # copy | reduce
+    redop: str | None  # default reduction for op == reduce
+    count_mode: str  # buffer | chunk
+    requires: Expr | None  # condition on R, e.g. "R % 2 == 0"
+    bench: BenchConventions
+    input: tuple[LayoutEntry, ...]
+    output: tuple[LayoutEntry, ...]
+    source: str
+    rooted: bool = field(default=False)
+
+    def supports_ranks(self, ranks: int) -> bool:
+        return ranks >= 1 and (self.requires is None or self.requires.bool({"R": ranks}))
+
+
+def _fail(source: str, where: str, why: str) -> SpecError:
+    return SpecError(f"{source}: {where}: {why}")
+
+
+def _parse_expr(source: str, where: str, text: Any, names: frozenset[str]) -> Expr:
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)):
+        raise _fail(source, where, f"expected an expression, got {type(text).__name__}")
+    try:
+        return parse(text, names)
+    except ExprError as exc:
+        raise _fail(source, where, str(exc)) from None
+
+
+def _parse_entry(source: str, where: str, raw: Any) -> LayoutEntry:
+    if isinstance(raw, str):
+        raw = {"chunk": raw}
+    if not isinstance(raw, dict):
+        raise _fail(source, where, "an entry is a mapping with 'chunk' (and optional 'for', 'when') or a chunk string")
+    unknown = set(raw) - _ENTRY_KEYS
+    if unknown:
+        raise _fail(source, where, f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_ENTRY_KEYS)}")
+    if "chunk" not in raw:
+        raise _fail(source, where, "missing 'chunk'")
+    names = set(BASE_NAMES)
+    loops: list[Loop] = []
+    raw_loops = raw.get("for", [])
+    if isinstance(raw_loops, str):
+        raw_loops = [raw_loops]
+    if not isinstance(raw_loops, list):
+        raise _fail(source, f"{where}.for", "expected 'VAR in range(...)' or a list of them")
+    for k, text in enumerate(raw_loops):
+        loop_where = f"{where}.for[{k}]"
+        match = _LOOP.match(str(text))
+        if not match:
+            raise _fail(source, loop_where, f"expected 'VAR in range(STOP)' or 'VAR in range(START, STOP[, STEP])', got '{text}'")
+        var, args = match.group(1), match.group(2)
+        if var in names:
+            raise _fail(source, loop_where, f"loop variable '{var}' shadows a name already in use")
+        parts = _split_args(args)
+        if not 1 <= len(parts) <= 3:
+            raise _fail(source, loop_where, "range takes 1 to 3 arguments")
+        exprs = [_parse_expr(source, loop_where, p, frozenset(names)) for p in parts]
+        if len(exprs) == 1:
+            exprs = [parse("0", frozenset()), exprs[0]]
+        if len(exprs) == 2:
+            exprs.append(parse("1", frozenset()))
+        loops.append(Loop(var, *exprs))
+        names.add(var)
+    frozen_names = frozenset(names)
+    match = _CHUNK.match(str(raw["chunk"]))
+    if not match:
+        raise _fail(source, f"{where}.chunk", f"expected NAME or NAME(index, ...), got '{raw['chunk']}'")
+    chunk_name = match.group(1)
+    arg_texts = _split_args(match.group(2)) if match.group(2) is not None else []
+    args = tuple(_parse_expr(source, f"{where}.chunk", a, frozen_names) for a in arg_texts)
+    when = _parse_expr(source, f"{where}.when", raw["when"], frozen_names) if "when" in raw else None
+    return LayoutEntry(where, chunk_name, args, tuple(loops), when)
+
+
+def _split_args(text: str) -> list[str]:
+    """Split 'a, (b, c), d' at top-level commas."""
+    parts, depth, current = [], 0, []
+    for ch in text:
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        current.append(ch)
+    parts.append("".join(current))
+    return [p.strip() for p in parts if p.strip()] if text.strip() else []
+
+
+def _uses_root(entries: tuple[LayoutEntry, ...]) -> bool:
+    exprs: list[Expr] = []
+    for e in entries:
+        exprs.extend(e.args)
+        exprs.extend(e.when and [e.when] or [])
+        for loop in e.loops:
+            exprs.extend((loop.start, loop.stop, loop.step))
+    return any("root" in x.names for x in exprs)
+
+
+def parse_spec(raw: Any, source: str) -> CollectiveSpec:
+    """Build a validated spec from parsed YAML; ``source`` names it in errors."""
+    if not isinstance(raw, dict):
+        raise _fail(source, "top level", "a spec is a mapping with name, op, input and output")
+    unknown = set(raw) - _TOP_KEYS
+    if unknown:
+        raise _fail(source, "top level", f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+    for key in ("name", "op", "input", "output"):
+        if key not in raw:
+            raise _fail(source, key, "missing")
+    name = raw["name"]
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise _fail(source, "name", f"expected a name of letters, digits, '-', '_' or '.', got {name!r}")
+    op = raw["op"]
+    if op not in OPS:
+        raise _fail(source, "op", f"expected one of {', '.join(OPS)}, got {op!r}")
+    redop = raw.get("reduce", "sum" if op == "reduce" else None)
+    if op == "reduce" and redop not in REDOPS:
+        raise _fail(source, "reduce", f"expected one of {', '.join(REDOPS)}, got {redop!r}")
+    if op == "copy" and "reduce" in raw:
+        raise _fail(source, "reduce", "only a reduce collective has a reduction")
+    count_mode = raw.get("count", "buffer" if op == "reduce" else "chunk")
+    if count_mode not in COUNT_MODES:
+        raise _fail(source, "count", f"expected one of {', '.join(COUNT_MODES)}, got {count_mode!r}")
+    requires = _parse_expr(source, "requires", raw["requires"], frozenset({"R"})) if "requires" in raw else None
+    bench_raw = raw.get("bench", {})
+    if not isinstance(bench_raw, dict) or set(bench_raw) - {"size", "busbw"}:
+        raise _fail(source, "bench", "expected a mapping with 'size' and 'busbw' expressions")
+    default_size = "count" if count_mode == "buffer" else "count * R"
+    bench = BenchConventions(
+        _parse_expr(source, "bench.size", bench_raw.get("size", default_size), frozenset({"count", "R"})),
+        _parse_expr(source, "bench.busbw", bench_raw.get("busbw", 1), frozenset({"R"})),
+    )
+    layouts = {}
+    for side in ("input", "output"):
+        entries = raw[side]
+        if entries is None:
+            entries = []
+        if not isinstance(entries, list):
+            raise _fail(source, side, "expected a list of entries")
+        layouts[side] = tuple(_parse_entry(source, f"{side}[{k}]", e) for k, e in enumerate(entries))
+    spec = CollectiveSpec(
+        name=name,
+        description=str(raw.get("description", "")).strip(),
+        op=op,
+        redop=redop,
+        count_mode=count_mode,
+        requires=requires,
+        bench=bench,
+        input=layouts["input"],
+        output=layouts["output"],
+        source=source,
+        rooted=_uses_root(layouts["input"] + layouts["output"]),
+    )
+    _trial_instantiate(spec)
+    return spec
+
+
+def _trial_instantiate(spec: CollectiveSpec) -> None:
+    # Imported here: instance builds on this module's types.
+    from purlin_bench.spec.instance import instantiate
+
+    for ranks in LOAD_CHECK_RANKS:
+        try:
+            if not spec.supports_ranks(ranks):
+                continue
+        except ExprError as exc:
+            raise _fail(spec.source, "requires", str(exc)) from None
+        for root in range(ranks) if spec.rooted else (0,):
+            instantiate(spec, ranks, count=ranks, itemsize=4, root=root)
+
+
+def load_spec_file(path: str | Path) -> CollectiveSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{path}: malformed YAML{at}: {problem}") from None
+    return parse_spec(raw, str(path))
+
+
+def builtin_spec_paths() -> dict[str, Path]:
+    return {p.stem: p for p in sorted(data_dir("collectives").glob("*.yaml"))}
+
+
+def load_builtin(name: str) -> CollectiveSpec:
+    paths = builtin_spec_paths()
+    if name not in paths:
+        raise SpecError(f"unknown collective '{name}' (known: {', '.join(paths)})")
+    return load_spec_file(paths[name])
+
+
+def load_all_builtin() -> list[CollectiveSpec]:
+    return [load_spec_file(p) for p in builtin_spec_paths().values()]
+
+
+def resolve(name_or_path: str) -> CollectiveSpec:
+    """A built-in collective by name, or a user's spec by path to a .yaml file."""
+    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        return load_spec_file(name_or_path)
+    return load_builtin(name_or_path)
