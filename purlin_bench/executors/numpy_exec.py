@@ -74,6 +74,7 @@ class NumpyRunner:
 class NumpyExecutor:
     name = "numpy"
     description = "CPU reference: simulated ranks, NumPy, random interleaving"
+    PARAMS: tuple = ()  # no datapath parameters: the CPU has one datapath
 
     def __init__(self, seed: int = 0):
         self.seed = seed

@@ -1,0 +1,1 @@
+"""The ``purlin`` command line: one module per command (``cmd_*.py``)."""

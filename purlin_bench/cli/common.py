@@ -1,0 +1,62 @@
+"""Helpers shared by the commands: consoles, one-line errors, list options."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+
+from purlin_bench.errors import PurlinError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def error(message: str) -> None:
+    """One line on stderr, no markup interpretation."""
+    print(f"purlin: error: {message}", file=sys.stderr)
+
+
+def note(message: str) -> None:
+    err_console.print(f"[yellow]note:[/yellow] {message}", highlight=False, markup=True)
+
+
+def int_list(text: str, what: str, minimum: int = 0) -> list[int]:
+    """'1,2,8' -> [1, 2, 8]; a clear error for anything else."""
+    values = []
+    for part in str(text).split(","):
+        part = part.strip()
+        try:
+            value = int(part)
+        except ValueError:
+            raise PurlinError(f"{what} must be whole numbers separated by commas, got '{text}'") from None
+        if value < minimum:
+            raise PurlinError(f"{what} must be >= {minimum}, got {value}")
+        values.append(value)
+    if not values:
+        raise PurlinError(f"{what} is empty")
+    return values
+
+
+def name_list(text: str) -> list[str]:
+    return [p.strip() for p in str(text).split(",") if p.strip()]
+
+
+SIZE_SUFFIXES = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+
+
+def parse_bytes(text: str, what: str) -> int:
+    """nccl-tests sizes: '8', '64K', '1M', '1G' (powers of 1024)."""
+    raw = str(text).strip().upper()
+    digits = raw.rstrip("KMGIB")
+    suffix = raw[len(digits):]
+    try:
+        value = float(digits)
+    except ValueError:
+        raise PurlinError(f"{what} must be a size like 8, 64K, 1M or 1G, got '{text}'") from None
+    if suffix not in SIZE_SUFFIXES:
+        raise PurlinError(f"{what} has an unknown unit in '{text}' (use K, M or G)")
+    size = int(value * SIZE_SUFFIXES[suffix])
+    if size < 0:
+        raise PurlinError(f"{what} must not be negative, got '{text}'")
+    return size
