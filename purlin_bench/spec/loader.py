@@ -104,6 +104,15 @@ class CollectiveSpec:
     def supports_ranks(self, ranks: int) -> bool:
         return ranks >= 1 and (self.requires is None or self.requires.bool({"R": ranks}))
 
+    def count_for_bytes(self, ranks: int, nbytes: int, itemsize: int) -> int:
+        """The count whose nccl-tests message size S is ``nbytes`` (rounded
+        down, at least 1): S is linear in count, e.g. count or count * R."""
+        per_count = self.bench.size_elements.int({"count": 1, "R": ranks}) * itemsize
+        return max(1, nbytes // max(1, per_count))
+
+    def bytes_for_count(self, ranks: int, count: int, itemsize: int) -> int:
+        return self.bench.size_elements.int({"count": count, "R": ranks}) * itemsize
+
 
 def _fail(source: str, where: str, why: str) -> SpecError:
     return SpecError(f"{source}: {where}: {why}")
