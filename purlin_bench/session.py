@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,12 +23,7 @@ from purlin_bench.planner import plan
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
-
-
-@dataclass(frozen=True)
-class Timing:
-    median_us: float  # per call
-    samples_us: tuple[float, ...]
+from purlin_bench.timing import Timing
 
 
 def resolve_backend(name: str) -> tuple[str, str | None]:

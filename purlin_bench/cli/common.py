@@ -5,10 +5,13 @@ from __future__ import annotations
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 from purlin_bench.errors import PurlinError
 
-console = Console()
+# Piped or redirected output keeps whole table rows (nccl-tests-like logs);
+# a terminal gets rich's own fitting.
+console = Console() if sys.stdout.isatty() else Console(width=220)
 err_console = Console(stderr=True)
 
 
@@ -18,7 +21,7 @@ def error(message: str) -> None:
 
 
 def note(message: str) -> None:
-    err_console.print(f"[yellow]note:[/yellow] {message}", highlight=False, markup=True)
+    err_console.print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False)
 
 
 def int_list(text: str, what: str, minimum: int = 0) -> list[int]:

@@ -1,0 +1,299 @@
+// SNAC step interpreter and Atom primitives: copy, reduce, notify, bounded wait.
+//
+// One launch runs one or more (rank, channel) step lists. Each list is walked
+// by a group of `B` thread blocks; an op = [wait on flags] -> [copy or reduce,
+// its elements shared by the group's blocks] -> [notify flags]. Every block of
+// the producing group bumps a flag once per call, so a waiter in call `e`
+// needs the flag to reach e * B (flags are epoch counters: no reset between
+// calls, CUDA-graph replays just work). Each block keeps its own epoch word.
+//
+// Self-contained (no CUDA headers) so that NVRTC (through CuPy) and nvcc
+// (CI's compile check) both build it. Compile with -DPURLIN_DTYPE=<0..4>
+// (float32, float64, float16, bfloat16, int32), -DPURLIN_REDOP=<0..3> (sum,
+// prod, max, min), -DPURLIN_UNROLL (vectors in flight per thread) and
+// -DPURLIN_MAX_THREADS (block size bound); the kernel is `snac_run`.
+
+#ifndef PURLIN_DTYPE
+#define PURLIN_DTYPE 0
+#endif
+#ifndef PURLIN_REDOP
+#define PURLIN_REDOP 0
+#endif
+
+typedef unsigned long long u64;
+typedef long long i64;
+typedef unsigned int u32;
+typedef unsigned short u16;
+
+#define MAX_SRC 16
+#define MAX_DST 16
+#define MAX_WAIT 16
+#define MAX_NOTIFY 16
+// A slice address packs (buffer index << 40) | element offset.
+#define OFFSET_BITS 40
+
+enum { OP_NONE = 0, OP_COPY = 1, OP_REDUCE = 2 };
+enum { ST_OK = 0, ST_TIMEOUT = 1 };
+
+struct Op {  // 608 bytes; mirrored by OP_DTYPE in purlin_bench/executors/cupy_lower.py
+    i64 count;
+    int op, nsrc, ndst, nwait, nnotify, step;
+    i64 src[MAX_SRC];
+    i64 dst[MAX_DST];
+    u64 wait[MAX_WAIT];      // flag word addresses (device or peer)
+    u64 notify[MAX_NOTIFY];
+    int wait_id[MAX_WAIT];   // (flag rank << 20) | flag index, for timeout reports
+};
+
+struct Group {  // one (rank, channel) list: ops [begin, end)
+    int begin, end, rank, channel;
+};
+
+// ---------------------------------------------------------------- element types
+// S: how an element is stored; A: what it is accumulated in (half types in float).
+struct F32 { typedef float S; typedef float A;
+    static __device__ A up(S x) { return x; } static __device__ S down(A x) { return x; } };
+struct F64 { typedef double S; typedef double A;
+    static __device__ A up(S x) { return x; } static __device__ S down(A x) { return x; } };
+struct I32 { typedef int S; typedef int A;
+    static __device__ A up(S x) { return x; } static __device__ S down(A x) { return x; } };
+struct BF16 { typedef u16 S; typedef float A;
+    static __device__ A up(S x) { return __uint_as_float(((u32)x) << 16); }
+    static __device__ S down(A f) {  // round to nearest even; keep NaN a NaN
+        u32 u = __float_as_uint(f);
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40);
+        u += 0x7fffu + ((u >> 16) & 1u);
+        return (u16)(u >> 16);
+    } };
+struct F16 { typedef u16 S; typedef float A;
+    static __device__ A up(S x) { float f; asm("{ .reg .b16 h; mov.b16 h, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "h"(x)); return f; }
+    static __device__ S down(A f) { u16 x; asm("{ .reg .b16 h; cvt.rn.f16.f32 h, %1; mov.b16 %0, h; }" : "=h"(x) : "f"(f)); return x; } };
+
+#if PURLIN_DTYPE == 0
+typedef F32 Elem;
+#elif PURLIN_DTYPE == 1
+typedef F64 Elem;
+#elif PURLIN_DTYPE == 2
+typedef F16 Elem;
+#elif PURLIN_DTYPE == 3
+typedef BF16 Elem;
+#else
+typedef I32 Elem;
+#endif
+
+template <class A> __device__ __forceinline__ A combine(A a, A b) {
+#if PURLIN_REDOP == 0
+    return a + b;
+#elif PURLIN_REDOP == 1
+    return a * b;
+#elif PURLIN_REDOP == 2
+    return a > b ? a : b;
+#else
+    return a < b ? a : b;
+#endif
+}
+// int32 sums and products wrap (two's complement), as NCCL's do; unsigned math keeps that defined.
+template <> __device__ __forceinline__ int combine<int>(int a, int b) {
+#if PURLIN_REDOP == 0
+    return (int)((u32)a + (u32)b);
+#elif PURLIN_REDOP == 1
+    return (int)((u32)a * (u32)b);
+#elif PURLIN_REDOP == 2
+    return a > b ? a : b;
+#else
+    return a < b ? a : b;
+#endif
+}
+
+// ------------------------------------------------------------- memory primitives
+// Loads bypass L1 (.cg): data produced by another block or GPU in this launch
+// must come from L2 or the peer, never from a stale L1 line.
+__device__ __forceinline__ uint4 ld_vec(const void* p) {
+    uint4 v;
+    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
+__device__ __forceinline__ void st_vec(void* p, uint4 v) {
+    asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+template <class S> __device__ __forceinline__ S ld_one(const S* p);
+template <> __device__ __forceinline__ float ld_one<float>(const float* p) { float v; asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v; }
+template <> __device__ __forceinline__ double ld_one<double>(const double* p) { double v; asm volatile("ld.global.cg.f64 %0, [%1];" : "=d"(v) : "l"(p)); return v; }
+template <> __device__ __forceinline__ int ld_one<int>(const int* p) { int v; asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p)); return v; }
+template <> __device__ __forceinline__ u16 ld_one<u16>(const u16* p) { u16 v; asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p)); return v; }
+
+__device__ __forceinline__ u64 ld_acquire(const u64* p) {
+    u64 v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void red_release(u64* p) {
+    asm volatile("red.release.sys.global.add.u64 [%0], %1;" :: "l"(p), "l"(1ull) : "memory");
+}
+__device__ __forceinline__ u64 now_ns() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// ---------------------------------------------------------------- data movement
+typedef Elem::S S;
+typedef Elem::A A;
+#define VEC (16 / (int)sizeof(S))
+
+union Vec { uint4 u; S s[16 / sizeof(S)]; };
+
+// U vectors of one source, `stride` apart, all issued before any is used.
+template <int U>
+__device__ __forceinline__ void load_vecs(Vec (&x)[U], const char* base, i64 head, i64 v, i64 stride, i64 nvec) {
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+        i64 at = v + k * stride;
+        if (at < nvec) x[k].u = ld_vec(base + (head + at * VEC) * sizeof(S));
+    }
+}
+
+// One element: copies move the stored bits untouched; reductions go through A.
+__device__ __forceinline__ void move_one(int kind, i64 i, int nsrc, int ndst, char* const* src, char* const* dst) {
+    S out = ld_one<S>((const S*)src[0] + i);
+    if (kind == OP_REDUCE) {
+        A a = Elem::up(out);
+        for (int s = 1; s < nsrc; ++s) a = combine<A>(a, Elem::up(ld_one<S>((const S*)src[s] + i)));
+        out = Elem::down(a);
+    }
+    for (int d = 0; d < ndst; ++d) ((S*)dst[d])[i] = out;
+}
+
+template <int U>
+__device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst, char* const* src, char* const* dst, bool aligned16, int head, i64 tid, i64 stride) {
+    if (aligned16) {
+        // Elements before the first 16-byte boundary and after the last full vector go one by one.
+        i64 nvec = (count - head) / VEC;
+        i64 tail = head + nvec * VEC;
+        for (i64 v = tid; v < nvec; v += stride * U) {
+            Vec out[U];
+            if (kind == OP_COPY) {
+                load_vecs<U>(out, src[0], head, v, stride, nvec);
+            } else {
+                // The first source lands straight in the accumulators, so a
+                // reduction holds U*VEC accumulators plus one batch of loads.
+                A sum[U][16 / sizeof(S)];
+                load_vecs<U>(out, src[0], head, v, stride, nvec);
+#pragma unroll
+                for (int k = 0; k < U; ++k)
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) sum[k][e] = Elem::up(out[k].s[e]);
+                for (int s = 1; s < nsrc; ++s) {
+                    load_vecs<U>(out, src[s], head, v, stride, nvec);
+#pragma unroll
+                    for (int k = 0; k < U; ++k)
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e) sum[k][e] = combine<A>(sum[k][e], Elem::up(out[k].s[e]));
+                }
+#pragma unroll
+                for (int k = 0; k < U; ++k)
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e) out[k].s[e] = Elem::down(sum[k][e]);
+            }
+            for (int d = 0; d < ndst; ++d) {
+#pragma unroll
+                for (int k = 0; k < U; ++k) {
+                    i64 at = v + k * stride;
+                    if (at < nvec) st_vec(dst[d] + (head + at * VEC) * sizeof(S), out[k].u);
+                }
+            }
+        }
+        // Scalar edges: [0, head) and [tail, count).
+        i64 edges = head + (count - tail);
+        for (i64 j = tid; j < edges; j += stride) move_one(kind, j < head ? j : tail + (j - head), nsrc, ndst, src, dst);
+        return;
+    }
+    // Pointers disagree modulo 16 bytes: element by element.
+    for (i64 i = tid; i < count; i += stride) move_one(kind, i, nsrc, ndst, src, dst);
+}
+
+// ---------------------------------------------------------------------- kernel
+#ifndef PURLIN_UNROLL
+#define PURLIN_UNROLL 2
+#endif
+#ifndef PURLIN_MAX_THREADS
+#define PURLIN_MAX_THREADS 1024
+#endif
+
+extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, 1) snac_run(
+    const Op* __restrict__ ops, const Group* __restrict__ groups, char* const* __restrict__ bases,
+    u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns, int blocks_per_group) {
+    __shared__ char* s_src[MAX_SRC];
+    __shared__ char* s_dst[MAX_DST];
+    __shared__ int s_abort, s_aligned, s_head;
+
+    const int B = blocks_per_group;
+    const Group g = groups[blockIdx.x / B];
+    const int bi = blockIdx.x % B;
+    const u64 epoch = epochs[blockIdx.x] + 1;
+    const u64 target = epoch * (u64)B;
+    const i64 tid = (i64)bi * blockDim.x + threadIdx.x;
+    const i64 stride = (i64)B * blockDim.x;
+
+    for (int o = g.begin; o < g.end; ++o) {
+        const Op* op = ops + o;
+        const int nwait = op->nwait, kind = op->op;
+        __syncthreads();  // everyone is done with the previous op's shared state
+        if (threadIdx.x == 0) {
+            s_abort = 0;
+            for (int w = 0; w < nwait && !s_abort; ++w) {
+                const u64* flag = (const u64*)op->wait[w];
+                u64 start = now_ns(), seen = 0;
+                for (u32 spin = 1;; ++spin) {
+                    seen = ld_acquire(flag);
+                    if (seen >= target) break;
+                    if ((spin & 255u) == 0) {
+                        if (*(volatile int*)abort_flag) { s_abort = 1; break; }
+                        u64 waited = now_ns() - start;
+                        if (waited > timeout_ns) {
+                            if (atomicCAS(abort_flag, 0, 1) == 0) {
+                                status[1] = g.rank; status[2] = g.channel; status[3] = op->step;
+                                status[4] = op->wait_id[w]; status[5] = (i64)seen; status[6] = (i64)target;
+                                status[7] = (i64)waited;
+                                __threadfence_system();
+                                *(volatile i64*)status = ST_TIMEOUT;
+                            }
+                            s_abort = 1;
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        if (kind != OP_NONE && threadIdx.x < op->nsrc + op->ndst) {
+            const int k = threadIdx.x;
+            const i64 ref = k < op->nsrc ? op->src[k] : op->dst[k - op->nsrc];
+            char* p = bases[ref >> OFFSET_BITS] + (ref & ((1ll << OFFSET_BITS) - 1)) * (i64)sizeof(S);
+            if (k < op->nsrc) s_src[k] = p; else s_dst[k - op->nsrc] = p;
+        }
+        __syncthreads();
+        if (s_abort) return;
+        if (kind != OP_NONE) {
+            if (threadIdx.x == 0) {
+                // Vectors only when every pointer has the same offset within 16 bytes.
+                u32 mis = (u32)((u64)s_src[0] & 15u), same = 1;
+                for (int k = 1; k < op->nsrc; ++k) same &= ((u64)s_src[k] & 15u) == mis;
+                for (int k = 0; k < op->ndst; ++k) same &= ((u64)s_dst[k] & 15u) == mis;
+                same &= (mis % sizeof(S)) == 0;
+                s_aligned = same;
+                i64 head = same ? ((16 - mis) & 15u) / sizeof(S) : 0;
+                s_head = (int)(head < op->count ? head : op->count);
+            }
+            __syncthreads();
+            move_op<PURLIN_UNROLL>(kind, op->count, op->nsrc, op->ndst, s_src, s_dst, s_aligned, s_head, tid, stride);
+        }
+        if (op->nnotify) {
+            __syncthreads();  // the whole block's writes happen before the release
+            if (threadIdx.x == 0) {
+                __threadfence_system();
+                for (int k = 0; k < op->nnotify; ++k) red_release((u64*)op->notify[k]);
+            }
+        }
+    }
+    if (threadIdx.x == 0) epochs[blockIdx.x] = epoch;
+}

@@ -1,0 +1,1 @@
+"""`purlin bench`: nccl-tests-style measurements with baselines and a roofline."""

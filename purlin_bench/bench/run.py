@@ -1,0 +1,52 @@
+"""Drive a sweep: for each collective and size, pick configurations and measure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from purlin_bench.config import RunConfig
+from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.errors import PurlinError
+from purlin_bench.heuristics import default_config
+from purlin_bench.planner import applicable
+from purlin_bench.spec.instance import Instance, instantiate
+from purlin_bench.spec.loader import CollectiveSpec
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How to pick configurations: a strategy name, 'auto', 'all', or a plan."""
+
+    strategy: str = "auto"
+    plan_overrides: dict[str, Any] = field(default_factory=dict)
+    exec_overrides: dict[str, Any] = field(default_factory=dict)
+    plan_lookup: Callable[[Instance, int], RunConfig] | None = None  # (instance, size bytes) -> config
+
+
+def configs_for(inst: Instance, size: int, choice: Choice, backend: str) -> list[RunConfig]:
+    if choice.plan_lookup is not None:
+        return [choice.plan_lookup(inst, size)]
+    usable = [name for name, why in applicable(inst).items() if why is None]
+    if choice.strategy == "auto":
+        base = default_config(inst, backend)
+        return [RunConfig.make(base.strategy, {**dict(base.plan_params), **choice.plan_overrides}, {**dict(base.exec_params), **choice.exec_overrides})]
+    names = usable if choice.strategy == "all" else [choice.strategy]
+    if choice.strategy not in ("all",) and choice.strategy not in usable:
+        why = applicable(inst).get(choice.strategy)
+        raise PurlinError(why or f"unknown strategy '{choice.strategy}'")
+    return [RunConfig.make(n, dict(choice.plan_overrides), dict(choice.exec_overrides)) for n in names]
+
+
+def instances(spec: CollectiveSpec, sizes: list[int], ranks: int, dtype: str, root: int) -> list[tuple[int, Instance]]:
+    _, np_dtype = resolve_dtype(dtype)
+    if spec.rooted and not 0 <= root < ranks:
+        raise PurlinError(f"--root {root} is out of range for {ranks} ranks")
+    out, seen = [], set()
+    for size in sizes:
+        count = spec.count_for_bytes(ranks, size, np_dtype.itemsize)
+        if count in seen:  # sizes below one element per chunk collapse onto one count
+            continue
+        seen.add(count)
+        out.append((spec.bytes_for_count(ranks, count, np_dtype.itemsize), instantiate(spec, ranks, count, np_dtype.itemsize, root if spec.rooted else 0)))
+    return out

@@ -1,0 +1,23 @@
+"""`purlin plot RESULTS.json -o FILE.png`."""
+
+from __future__ import annotations
+
+import typer
+
+from purlin_bench.bench.plot import load_rows, plot_rows
+
+ORDER = 45
+
+
+def plot(
+    results: str = typer.Argument(..., help="a file written by `purlin bench --json`"),
+    output: str = typer.Option(..., "-o", "--output", help="the PNG to write"),
+    title: str = typer.Option("", "--title", help="figure title [default: the results file]"),
+) -> None:
+    """Plot bus bandwidth and latency against size, one line per strategy and baseline."""
+    plot_rows(load_rows(results), output, title or results)
+    print(f"wrote {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plot")(plot)

@@ -1,0 +1,45 @@
+"""Load the Atom CUDA sources (atoms/*.cu) and compile them with CuPy.
+
+One module per (dtype, reduction, unroll, block-size bound): the choices are
+compile-time constants, so each variant is straight-line code. CuPy caches
+compiled modules on disk; the first use of a variant on a machine compiles it
+(about a second with NVRTC)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from purlin_bench.errors import ExecutionError
+from purlin_bench.resources import data_dir
+
+DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4}
+REDOP_CODES = {"sum": 0, "prod": 1, "max": 2, "min": 3}
+SOURCE = "snac.cu"
+
+
+def source_text() -> str:
+    return (data_dir("atoms") / SOURCE).read_text()
+
+
+def compile_options(dtype: str, redop: str, unroll: int, max_threads: int) -> tuple[str, ...]:
+    return (
+        "-std=c++17",
+        f"-DPURLIN_DTYPE={DTYPE_CODES[dtype]}",
+        f"-DPURLIN_REDOP={REDOP_CODES[redop]}",
+        f"-DPURLIN_UNROLL={unroll}",
+        f"-DPURLIN_MAX_THREADS={max_threads}",
+    )
+
+
+@lru_cache(maxsize=None)
+def snac_kernel(dtype: str, redop: str, unroll: int, max_threads: int, device: int):
+    """The compiled `snac_run` kernel for one variant, on one device."""
+    import cupy
+
+    with cupy.cuda.Device(device):
+        try:
+            module = cupy.RawModule(code=source_text(), options=compile_options(dtype, redop, unroll, max_threads))
+            return module.get_function("snac_run")
+        except cupy.cuda.compiler.CompileException as exc:
+            first = next((line for line in str(exc).splitlines() if "error" in line), str(exc).splitlines()[0])
+            raise ExecutionError(f"atoms/{SOURCE} failed to compile for {dtype}/{redop}: {first.strip()}") from None

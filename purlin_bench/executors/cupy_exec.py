@@ -1,0 +1,363 @@
+"""The GPU executor: runs SNAC programs with the Atom kernel through CuPy.
+
+A program is lowered once (cupy_lower) into a step table per launch, uploaded
+with its buffer pointer tables, and then launched as often as asked, eagerly
+or captured in a CUDA graph. Flags and per-block epochs live in device memory
+and advance in the kernel, so replays need no host work. Every wait is bounded:
+a wait that runs past ``timeout_s`` records rank, channel, step and flag in a
+status word, raises the shared abort word (so every other waiter leaves too),
+and the host turns it into a WatchdogTimeout after resetting the flags, so the
+process can run the next collective.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from purlin_bench.config import ExecParam
+from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.errors import ExecutionError, WatchdogTimeout
+from purlin_bench.executors.atoms import snac_kernel
+from purlin_bench.executors.cupy_lower import Lowered, lower
+from purlin_bench.executors.cupy_timing import time_calls
+from purlin_bench.executors.cupy_world import World
+from purlin_bench.program.model import FlagRef, Program, Ref
+from purlin_bench.timing import Timing
+
+DEFAULT_TIMEOUT_S = 5.0
+# Auto block count: one block per this many bytes a step moves, so that small
+# steps stay on few SMs (less launch and barrier work) and large ones fill the GPU.
+_BYTES_PER_AUTO_BLOCK = 256 * 1024
+_MAX_BLOCKS = 32
+
+PARAMS = (
+    ExecParam("blocks", 0, minimum=0, maximum=_MAX_BLOCKS, help="thread blocks per (rank, channel) list; 0 sizes them from the data"),
+    # No 1024: at 64 registers a thread the step interpreter spills (see tests/test_atoms_compile.py).
+    ExecParam("threads", 512, choices=(128, 256, 512), help="threads per block"),
+    ExecParam("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines (cudaMemcpyAsync)"),
+    ExecParam("unroll", 2, choices=(1, 2, 4), help="16-byte vectors in flight per thread"),
+)
+
+
+def _np_storage(dtype: np.dtype) -> np.dtype:
+    """CuPy has no bfloat16: device arrays of it are held as uint16 bits."""
+    return np.dtype(np.uint16) if dtype.name == "bfloat16" else dtype
+
+
+class _Launch:
+    """One kernel launch: the ranks it runs, its table, epochs and status."""
+
+    def __init__(self, runner: "CupyRunner", ranks: list[int], lowered: Lowered):
+        import cupy
+
+        self.device = runner.world.devices[ranks[0]]
+        self.ranks = ranks
+        self.lowered = lowered
+        with cupy.cuda.Device(self.device):
+            self.ops = cupy.asarray(lowered.ops.view(np.uint8))
+            self.groups = cupy.asarray(lowered.groups)
+            self.grid = lowered.group_count * runner.blocks
+            self.epochs = cupy.zeros(max(1, self.grid), dtype=cupy.uint64)
+            self.status = cupy.zeros(8, dtype=cupy.int64)
+            self.kernel = snac_kernel(runner.program.dtype, runner.program.redop or "sum", runner.unroll, runner.threads, self.device)
+            self.stream = cupy.cuda.Stream(non_blocking=True)
+
+
+class CupyRunner:
+    def __init__(self, world: World, program: Program, blocks: int = 0, threads: int = 512, datapath: str = "sm", unroll: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, sets: int = 1):
+        import cupy
+
+        if datapath == "ce" and not world.fused:
+            raise ExecutionError("datapath 'ce' needs every rank in one launch (virtual ranks on one GPU)")
+        if program.ranks != world.ranks:
+            raise ExecutionError(f"program has {program.ranks} ranks, the world {world.ranks}")
+        self.world, self.program = world, program
+        self.threads, self.datapath, self.unroll = threads, datapath, unroll
+        self.timeout_ns = int(timeout_s * 1e9)
+        _, self.dtype = resolve_dtype(program.dtype)
+        self.storage = _np_storage(self.dtype)
+        self.itemsize = self.dtype.itemsize
+        self.sets = max(1, sets)
+        R = program.ranks
+        self.flags = []
+        for r in range(R):
+            with cupy.cuda.Device(world.devices[r]):
+                self.flags.append(cupy.zeros(max(1, program.flag_counts[r]), dtype=cupy.uint64))
+        with cupy.cuda.Device(world.devices[0]):
+            self.abort = cupy.zeros(1, dtype=cupy.int32)
+
+        def flag_address(flag: FlagRef) -> int:
+            return self.flags[flag.rank].data.ptr + 8 * flag.index
+
+        launch_ranks = [list(range(R))] if world.fused else [[r] for r in range(R)]
+        lowered = [lower(program, ranks, world.fused, datapath, flag_address) for ranks in launch_ranks]
+        self.blocks = blocks or self._auto_blocks(lowered)
+        self.launches = [_Launch(self, ranks, low) for ranks, low in zip(launch_ranks, lowered) if low.group_count or low.ce_copies]
+        self._check_coresidency()
+        self.bases = [self._base_table(s) for s in range(self.sets)]
+        self.ce_streams = {}
+        self._main_stream = None
+
+    # -- setup ---------------------------------------------------------------
+    def _auto_blocks(self, lowered: list[Lowered]) -> int:
+        biggest = 0
+        for low in lowered:
+            if len(low.ops):
+                work = low.ops["count"] * (low.ops["nsrc"] + low.ops["ndst"])
+                biggest = max(biggest, int(work.max()) * self.itemsize)
+        groups = max((low.group_count for low in lowered), default=1) or 1
+        cap = max(1, self._capacity(self.world.devices[0]) // groups)
+        return int(min(_MAX_BLOCKS, cap, max(1, -(-biggest // _BYTES_PER_AUTO_BLOCK))))
+
+    def _capacity(self, device: int) -> int:
+        """How many blocks of this kernel fit on ``device`` at once (an
+        occupancy bound). Waiting blocks spin, so a launch that does not fit
+        could wait forever on a block that never gets an SM: refuse it."""
+        import cupy
+
+        kernel = snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device)
+        attrs = kernel.attributes
+        dev = cupy.cuda.Device(device).attributes
+        warps = -(-self.threads // 32)
+        regs_per_warp = -(-attrs["num_regs"] * 32 // 256) * 256
+        by_regs = dev["MaxRegistersPerMultiprocessor"] // max(1, regs_per_warp * warps)
+        by_threads = dev["MaxThreadsPerMultiProcessor"] // self.threads
+        by_blocks = dev.get("MaxBlocksPerMultiprocessor", 32)
+        return dev["MultiProcessorCount"] * max(0, min(by_regs, by_threads, by_blocks))
+
+    def _check_coresidency(self) -> None:
+        per_device: dict[int, int] = {}
+        for launch in self.launches:
+            per_device[launch.device] = per_device.get(launch.device, 0) + launch.grid
+        for device, grid in per_device.items():
+            cap = self._capacity(device)
+            if grid > cap:
+                raise ExecutionError(
+                    f"launch of {grid} blocks on GPU {device} could deadlock: at most {cap} fit at once "
+                    f"(blocks={self.blocks}, threads={self.threads}); use fewer blocks or channels"
+                )
+
+    def _physical_bytes(self, rank: int, buf: str) -> int:
+        return self.program.buffer_count(rank, buf) * self.itemsize
+
+    def _base_table(self, slot: int) -> dict[int, object]:
+        """Per launch device: a device array of 3R pointers (in, out, scratch per rank)."""
+        import cupy
+
+        p, ptrs = self.program, []
+        for r in range(p.ranks):
+            for buf in ("in", "out", "scratch"):
+                rank, phys, offset = p.physical(Ref(r, buf, 0, 0))
+                base = self.world.buffer(slot, rank, phys, self._physical_bytes(rank, phys))
+                ptrs.append(base.data.ptr + offset * self.itemsize)
+        table = np.array(ptrs, dtype=np.uint64)
+        out = {}
+        for launch in self.launches:
+            if launch.device not in out:
+                with cupy.cuda.Device(launch.device):
+                    out[launch.device] = cupy.asarray(table)
+        return {"host": table, **out}
+
+    # -- buffers ---------------------------------------------------------------
+    def array(self, rank: int, buf: str, slot: int = 0):
+        """A typed device view of one rank's buffer in buffer set ``slot``."""
+        import cupy
+
+        n = self.program.buffer_count(rank, buf)
+        ptr = int(self.bases[slot]["host"][rank * 3 + ("in", "out", "scratch").index(buf)])
+        mem = cupy.cuda.UnownedMemory(ptr, max(1, n * self.itemsize), self, self.world.devices[rank])
+        return cupy.ndarray((n,), dtype=self.storage, memptr=cupy.cuda.MemoryPointer(mem, 0))
+
+    def write_inputs(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
+        import cupy
+
+        for r, x in enumerate(inputs):
+            if x.shape != (self.program.in_counts[r],):
+                raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({self.program.in_counts[r]},)")
+            with cupy.cuda.Device(self.world.devices[r]):
+                self.array(r, "in", slot).set(np.ascontiguousarray(x).view(self.storage))
+
+    def poison(self, slot: int = 0) -> None:
+        """All-ones bytes (NaN for floats, -1 for ints) in outputs and scratch,
+        outside in-place inputs, so unwritten elements show as wrong."""
+        import cupy
+
+        p = self.program
+        for r in range(p.ranks):
+            with cupy.cuda.Device(self.world.devices[r]):
+                if p.scratch_count:
+                    self.array(r, "scratch", slot).view(cupy.uint8).fill(0xFF)
+                out = self.array(r, "out", slot).view(cupy.uint8)
+                if p.inplace_offsets is None or p.out_counts[r] < p.in_counts[r]:
+                    if p.inplace_offsets is None:
+                        out.fill(0xFF)
+                    continue
+                lo, hi = p.inplace_offsets[r] * self.itemsize, (p.inplace_offsets[r] + p.in_counts[r]) * self.itemsize
+                out[:lo].fill(0xFF)
+                out[hi:].fill(0xFF)
+
+    def read_outputs(self, slot: int = 0) -> list[np.ndarray]:
+        import cupy
+
+        outs = []
+        for r in range(self.program.ranks):
+            with cupy.cuda.Device(self.world.devices[r]):
+                outs.append(cupy.asnumpy(self.array(r, "out", slot)).view(self.dtype))
+        return outs
+
+    # -- running ---------------------------------------------------------------
+    def _side_stream(self, rank: int):
+        import cupy
+
+        if rank not in self.ce_streams:
+            with cupy.cuda.Device(self.world.devices[rank]):
+                self.ce_streams[rank] = cupy.cuda.Stream(non_blocking=True)
+        return self.ce_streams[rank]
+
+    def launch(self, stream, slot: int = 0) -> None:
+        """Enqueue one call on ``stream`` (capturable into a CUDA graph):
+        copy-engine stages on per-rank side streams, then the kernel(s)."""
+        import cupy
+
+        start = cupy.cuda.Event(disable_timing=True)
+        start.record(stream)
+        joins = []
+        table = self.bases[slot]
+        for launch in self.launches:
+            for copy in launch.lowered.ce_copies:
+                side = self._side_stream(copy.rank)
+                side.wait_event(start)
+                src = int(table["host"][copy.src.rank * 3 + ("in", "out", "scratch").index(copy.src.buf)]) + copy.src.offset * self.itemsize
+                dst = int(table["host"][copy.dst.rank * 3 + ("in", "out", "scratch").index(copy.dst.buf)]) + copy.dst.offset * self.itemsize
+                with cupy.cuda.Device(self.world.devices[copy.rank]):
+                    cupy.cuda.runtime.memcpyAsync(dst, src, copy.src.count * self.itemsize, cupy.cuda.runtime.memcpyDefault, side.ptr)
+        for side in self.ce_streams.values():
+            done = cupy.cuda.Event(disable_timing=True)
+            done.record(side)
+            stream.wait_event(done)
+        single = len(self.launches) == 1 and self.launches[0].device == self.world.devices[0]
+        for launch in self.launches:
+            if not launch.grid:
+                continue
+            target = stream if single else launch.stream
+            if not single:
+                target.wait_event(start)
+            args = (
+                launch.ops, launch.groups, table[launch.device], launch.epochs, launch.status, self.abort,
+                np.uint64(self.timeout_ns), np.int32(self.blocks),
+            )
+            with cupy.cuda.Device(launch.device), target:
+                launch.kernel((launch.grid,), (self.threads,), args)
+            if not single:
+                ev = cupy.cuda.Event(disable_timing=True)
+                ev.record(target)
+                joins.append(ev)
+        for ev in joins:
+            stream.wait_event(ev)
+
+    def main_stream(self):
+        import cupy
+
+        if self._main_stream is None:
+            with cupy.cuda.Device(self.world.devices[0]):
+                self._main_stream = cupy.cuda.Stream(non_blocking=True)
+        return self._main_stream
+
+    def check_status(self) -> None:
+        import cupy
+
+        for launch in self.launches:
+            with cupy.cuda.Device(launch.device):
+                status = cupy.asnumpy(launch.status)
+            if status[0]:
+                self.reset()
+                flag_rank, flag_index = int(status[4]) >> 20, int(status[4]) & 0xFFFFF
+                raise WatchdogTimeout(
+                    f"watchdog: rank {status[1]} channel {status[2]} step {status[3]} waited "
+                    f"{status[7] / 1e9:.2f} s on r{flag_rank}.flag[{flag_index}] (value {status[5]}, needed {status[6]}) "
+                    f"in {self.program.collective}/{self.program.strategy}; its notify never came"
+                )
+
+    def reset(self) -> None:
+        """Zero flags, epochs, status and abort after a timeout: the next call starts clean."""
+        import cupy
+
+        for r, flags in enumerate(self.flags):
+            with cupy.cuda.Device(self.world.devices[r]):
+                flags.fill(0)
+        for launch in self.launches:
+            with cupy.cuda.Device(launch.device):
+                launch.epochs.fill(0)
+                launch.status.fill(0)
+        with cupy.cuda.Device(self.world.devices[0]):
+            self.abort.fill(0)
+        for d in set(self.world.devices):
+            cupy.cuda.Device(d).synchronize()
+
+    def synchronize(self, stream) -> None:
+        import cupy
+
+        stream.synchronize()
+        for d in set(self.world.devices):
+            cupy.cuda.Device(d).synchronize()
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """One checked call: upload inputs, poison outputs, launch, wait, read back."""
+        self.write_inputs(inputs)
+        self.poison()
+        stream = self.main_stream()
+        self.launch(stream)
+        self.synchronize(stream)
+        self.check_status()
+        return self.read_outputs()
+
+    def time(self, iters: int = 20, warmup: int = 5, reps: int = 5, graph: bool = True) -> Timing:
+        """Median microseconds per call (see cupy_timing), cycling the buffer sets."""
+        stream = self.main_stream()
+
+        def enqueue(target, i: int) -> None:
+            self.launch(target, i % self.sets)
+
+        def settle() -> None:
+            for d in set(self.world.devices):
+                cupy_device_sync(d)
+            self.check_status()
+
+        return time_calls(enqueue, stream, self.world.devices[0], iters, warmup, reps, graph, after=settle)
+
+
+def cupy_device_sync(device: int) -> None:
+    import cupy
+
+    cupy.cuda.Device(device).synchronize()
+
+
+class CupyExecutor:
+    name = "cupy"
+    description = "GPU: Atom kernel through CuPy, virtual ranks on one GPU or one rank per GPU"
+    PARAMS = PARAMS
+
+    def __init__(self, devices: tuple[int, ...] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, split_launches: bool = False, sets: int = 1):
+        self.devices = devices
+        self.timeout_s = timeout_s
+        self.split_launches = split_launches
+        self.sets = sets
+        self._worlds: dict[int, World] = {}
+
+    def world(self, ranks: int) -> World:
+        if ranks not in self._worlds:
+            self._worlds[ranks] = World(ranks, self.devices, self.split_launches)
+        return self._worlds[ranks]
+
+    def describe(self, ranks: int) -> str:
+        return self.world(ranks).describe()
+
+    def prepare(self, program: Program, sets: int | None = None, **params) -> CupyRunner:
+        """A runner for ``program``; ``sets`` buffer sets to rotate through when timing."""
+        unknown = set(params) - {p.name for p in PARAMS}
+        if unknown:
+            raise ExecutionError(f"unknown datapath parameter(s) {sorted(unknown)} (known: {', '.join(p.name for p in PARAMS)})")
+        checked = {p.name: p.check(params.get(p.name, p.default)) for p in PARAMS}
+        return CupyRunner(self.world(program.ranks), program, timeout_s=self.timeout_s, sets=sets or self.sets, **checked)

@@ -1,0 +1,11 @@
+"""Timing results, shared by the executors that time and the tools that report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_us: float  # per call
+    samples_us: tuple[float, ...]  # one per repetition (each the mean of its batch of calls)

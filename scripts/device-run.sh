@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The device runbook: on the lent GPU machine, install what its image lacks,
+# then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
+#
+#   scripts/device-run.sh STEP...      STEP: env | tests | check | bench | bench-full | tune
+#
+# Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
+# then call the device tool with carry [".whl"] and this script as the command.
+# Every step has its own time limit, so one slow step cannot eat the lease.
+set -uo pipefail
+OUT=${OUT:-device-logs}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
+  || { echo "editable install failed (see install.log); using PYTHONPATH"; export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}; }
+purlin() { python3 -m purlin_bench.cli.main "$@"; }
+
+step_env() {
+  { nvidia-smi; nvcc --version | tail -1; python3 -c 'import cupy, numpy; print("cupy", cupy.__version__, "numpy", numpy.__version__); print(cupy.cuda.runtime.getDeviceProperties(0)["name"])'; } 2>&1 | tee "$OUT/env.txt"
+}
+step_tests() {
+  timeout 420 python3 -m pytest -q -p no:cacheprovider -m "gpu or nvcc" -o addopts="" --timeout 300 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+}
+step_check() {
+  timeout 300 purlin check all --backend cupy --ranks 1,2,3,4,5,8 --strategy all --dtype float32,float16,bfloat16,int32 --count 1,1001,65536 --root all 2>&1 | tee "$OUT/check.log" | tail -25
+}
+step_bench() {  # a quick look: every strategy, a coarse size sweep, two collectives
+  for c in all-reduce all-gather; do
+    timeout 240 purlin bench $c -b 8 -e 256M -f 8 --strategy all --json "$OUT/quick-$c.json" 2>&1 | tee "$OUT/quick-$c.log" | tail -45
+  done
+}
+step_bench-full() {  # the performance page's sweep: all collectives, 8 B .. 1 GiB, float32 and bfloat16
+  for d in float32 bfloat16; do
+    timeout 280 purlin bench all -b 8 -e 1G -f 2 -d $d --json "$OUT/bench-$d.json" --plot "$OUT/bench-$d.png" 2>&1 | tee "$OUT/bench-$d.log" | tail -30
+  done
+}
+step_tune() {
+  timeout 500 purlin tune all --sweep quick --ranks 8 --dtype float32,bfloat16 --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee "$OUT/tune.log" | tail -40
+  tar czf "$OUT/results.tgz" results
+}
+for s in "${@:-env tests}"; do
+  echo "=== $s"
+  "step_$s"
+done

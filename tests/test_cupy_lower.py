@@ -1,0 +1,75 @@
+"""Lowering programs to the device step table: pure NumPy, no GPU needed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from purlin_bench.errors import ExecutionError
+from purlin_bench.executors.cupy_lower import MAX_SRC, OP_COPY, OP_DTYPE, OP_REDUCE, lower
+from purlin_bench.planner import plan
+from purlin_bench.resources import data_dir
+from purlin_bench.spec import instantiate, load_builtin
+
+
+def _addr(flag):
+    return 0x1000 + 8 * (flag.rank * 1000 + flag.index)
+
+
+def _program(name, strategy, ranks=8, count=4096, **params):
+    return plan(instantiate(load_builtin(name), ranks, count, 4), strategy, "float32", params=params)
+
+
+def test_op_struct_matches_the_cuda_source():
+    source = (data_dir("atoms") / "snac.cu").read_text()
+    body = re.search(r"struct Op \{(.*?)\};", source, re.S).group(1)
+    fields = re.findall(r"\b(i64|u64|int)\s+([^;]+);", body)
+    names = []
+    for ctype, decl in fields:
+        for part in decl.split(","):
+            names.append(re.sub(r"\[.*\]", "", part).strip())
+    assert names == list(OP_DTYPE.names)
+    assert OP_DTYPE.itemsize == 608
+
+
+def test_fused_direct_all_reduce_has_no_flags_at_all():
+    low = lower(_program("all-reduce", "direct"), list(range(8)), fused=True, datapath="sm", flag_address=_addr)
+    assert low.ops["nwait"].sum() == 0 and low.ops["nnotify"].sum() == 0
+    assert set(low.ops["op"]) == {OP_REDUCE}
+    assert (low.ops["nsrc"] == 8).all()
+    assert low.group_count == 8
+
+
+def test_per_rank_launch_keeps_ready_and_done_flags():
+    program = _program("all-reduce", "direct")
+    low = lower(program, [3], fused=False, datapath="sm", flag_address=_addr)
+    assert low.ops["nwait"].sum() > 0 and low.ops["nnotify"].sum() > 0
+    assert (low.groups[:, 2] == 3).all()
+
+
+def test_copy_engine_hoists_opening_stages_and_their_notifies():
+    program = _program("all-reduce", "push")
+    sm = lower(program, list(range(8)), fused=True, datapath="sm", flag_address=_addr)
+    ce = lower(program, list(range(8)), fused=True, datapath="ce", flag_address=_addr)
+    assert not sm.ce_copies
+    assert len(ce.ce_copies) == 8 * 7  # every rank pushes its input to 7 peers' scratch
+    assert ce.ops["nwait"].sum() == 0 and ce.ops["nnotify"].sum() == 0
+    assert (ce.ops["op"] == OP_REDUCE).all()
+
+
+def test_ring_keeps_its_data_flags_when_fused():
+    low = lower(_program("all-gather", "ring"), list(range(8)), fused=True, datapath="sm", flag_address=_addr)
+    assert low.ops["nnotify"].sum() == low.ops["nwait"].sum() > 0
+    assert set(low.ops["op"]) >= {OP_COPY}
+
+
+def test_reductions_beyond_the_source_limit_are_refused():
+    program = _program("all-reduce", "direct", ranks=MAX_SRC + 1, count=MAX_SRC + 1)
+    with pytest.raises(ExecutionError, match="at most 16"):
+        lower(program, list(range(MAX_SRC + 1)), fused=True, datapath="sm", flag_address=_addr)
+
+
+def test_bad_datapath_is_refused():
+    with pytest.raises(ExecutionError, match="datapath"):
+        lower(_program("all-reduce", "direct"), list(range(8)), fused=True, datapath="tma", flag_address=_addr)
