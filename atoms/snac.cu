@@ -10,8 +10,9 @@
 // Self-contained (no CUDA headers) so that NVRTC (through CuPy) and nvcc
 // (CI's compile check) both build it. Compile with -DPURLIN_DTYPE=<0..4>
 // (float32, float64, float16, bfloat16, int32), -DPURLIN_REDOP=<0..3> (sum,
-// prod, max, min), -DPURLIN_UNROLL (vectors in flight per thread) and
-// -DPURLIN_MAX_THREADS (block size bound); the kernel is `snac_run`.
+// prod, max, min), -DPURLIN_UNROLL (vectors in flight per thread),
+// -DPURLIN_MAX_THREADS (block size bound) and -DPURLIN_SYS_SCOPE (0 when all
+// ranks share one GPU); the kernel is `snac_run`.
 
 #ifndef PURLIN_DTYPE
 #define PURLIN_DTYPE 0
@@ -122,13 +123,25 @@ template <> __device__ __forceinline__ double ld_one<double>(const double* p) { 
 template <> __device__ __forceinline__ int ld_one<int>(const int* p) { int v; asm volatile("ld.global.cg.s32 %0, [%1];" : "=r"(v) : "l"(p)); return v; }
 template <> __device__ __forceinline__ u16 ld_one<u16>(const u16* p) { u16 v; asm volatile("ld.global.cg.u16 %0, [%1];" : "=h"(v) : "l"(p)); return v; }
 
+// Flags are ordered at GPU scope when every rank is on this GPU (cheaper
+// fences), at system scope when peers are other GPUs (PURLIN_SYS_SCOPE=1).
+#ifndef PURLIN_SYS_SCOPE
+#define PURLIN_SYS_SCOPE 1
+#endif
+#if PURLIN_SYS_SCOPE
+#define SCOPE "sys"
+__device__ __forceinline__ void fence_release() { __threadfence_system(); }
+#else
+#define SCOPE "gpu"
+__device__ __forceinline__ void fence_release() { __threadfence(); }
+#endif
 __device__ __forceinline__ u64 ld_acquire(const u64* p) {
     u64 v;
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    asm volatile("ld.acquire." SCOPE ".global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 __device__ __forceinline__ void red_release(u64* p) {
-    asm volatile("red.release.sys.global.add.u64 [%0], %1;" :: "l"(p), "l"(1ull) : "memory");
+    asm volatile("red.release." SCOPE ".global.add.u64 [%0], %1;" :: "l"(p), "l"(1ull) : "memory");
 }
 __device__ __forceinline__ u64 now_ns() {
     u64 t;
@@ -217,15 +230,24 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
 #define PURLIN_UNROLL 2
 #endif
 #ifndef PURLIN_MAX_THREADS
-#define PURLIN_MAX_THREADS 1024
+#define PURLIN_MAX_THREADS 512
+#endif
+// Blocks per SM the compiler must fit: 512 threads' worth, i.e. at most 128
+// registers a thread, which the reduce path of every dtype needs to stay out
+// of local memory (tests/test_atoms_compile.py checks for spills).
+#ifndef PURLIN_MIN_BLOCKS
+#define PURLIN_MIN_BLOCKS (512 / PURLIN_MAX_THREADS > 0 ? 512 / PURLIN_MAX_THREADS : 1)
 #endif
 
-extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, 1) snac_run(
+extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOCKS) snac_run(
     const Op* __restrict__ ops, const Group* __restrict__ groups, char* const* __restrict__ bases,
     u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns, int blocks_per_group) {
-    __shared__ char* s_src[MAX_SRC];
-    __shared__ char* s_dst[MAX_DST];
-    __shared__ int s_abort, s_aligned, s_head;
+    // Shared state is double-buffered by op parity: a thread may start op o+1
+    // while a slower one still reads op o's pointers, but never op o-1's (every
+    // op passes one barrier), so op o+1 can reuse op o-1's half with no barrier.
+    __shared__ char* s_src[2][MAX_SRC];
+    __shared__ char* s_dst[2][MAX_DST];
+    __shared__ int s_abort[2];
 
     const int B = blocks_per_group;
     const Group g = groups[blockIdx.x / B];
@@ -237,18 +259,18 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, 1) snac_run(
 
     for (int o = g.begin; o < g.end; ++o) {
         const Op* op = ops + o;
-        const int nwait = op->nwait, kind = op->op;
-        __syncthreads();  // everyone is done with the previous op's shared state
+        const int half = o & 1;
+        const int nwait = op->nwait, kind = op->op, nsrc = op->nsrc, ndst = op->ndst;
         if (threadIdx.x == 0) {
-            s_abort = 0;
-            for (int w = 0; w < nwait && !s_abort; ++w) {
+            int aborted = 0;
+            for (int w = 0; w < nwait && !aborted; ++w) {
                 const u64* flag = (const u64*)op->wait[w];
                 u64 start = now_ns(), seen = 0;
                 for (u32 spin = 1;; ++spin) {
                     seen = ld_acquire(flag);
                     if (seen >= target) break;
                     if ((spin & 255u) == 0) {
-                        if (*(volatile int*)abort_flag) { s_abort = 1; break; }
+                        if (*(volatile int*)abort_flag) { aborted = 1; break; }
                         u64 waited = now_ns() - start;
                         if (waited > timeout_ns) {
                             if (atomicCAS(abort_flag, 0, 1) == 0) {
@@ -258,39 +280,41 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, 1) snac_run(
                                 __threadfence_system();
                                 *(volatile i64*)status = ST_TIMEOUT;
                             }
-                            s_abort = 1;
+                            aborted = 1;
                             break;
                         }
                     }
                 }
             }
+            s_abort[half] = aborted;
         }
-        if (kind != OP_NONE && threadIdx.x < op->nsrc + op->ndst) {
-            const int k = threadIdx.x;
-            const i64 ref = k < op->nsrc ? op->src[k] : op->dst[k - op->nsrc];
-            char* p = bases[ref >> OFFSET_BITS] + (ref & ((1ll << OFFSET_BITS) - 1)) * (i64)sizeof(S);
-            if (k < op->nsrc) s_src[k] = p; else s_dst[k - op->nsrc] = p;
-        }
-        __syncthreads();
-        if (s_abort) return;
+        // Threads 0..nsrc+ndst-1 resolve one slice address each; vectors are
+        // used only if every address has the same offset within 16 bytes.
+        int same = 1;
+        i64 mis = 0;
         if (kind != OP_NONE) {
-            if (threadIdx.x == 0) {
-                // Vectors only when every pointer has the same offset within 16 bytes.
-                u32 mis = (u32)((u64)s_src[0] & 15u), same = 1;
-                for (int k = 1; k < op->nsrc; ++k) same &= ((u64)s_src[k] & 15u) == mis;
-                for (int k = 0; k < op->ndst; ++k) same &= ((u64)s_dst[k] & 15u) == mis;
-                same &= (mis % sizeof(S)) == 0;
-                s_aligned = same;
-                i64 head = same ? ((16 - mis) & 15u) / sizeof(S) : 0;
-                s_head = (int)(head < op->count ? head : op->count);
+            const i64 first = op->src[0];
+            mis = (i64)(((u64)bases[first >> OFFSET_BITS] + (first & ((1ll << OFFSET_BITS) - 1)) * sizeof(S)) & 15u);
+            if (threadIdx.x < nsrc + ndst) {
+                const int k = threadIdx.x;
+                const i64 ref = k < nsrc ? op->src[k] : op->dst[k - nsrc];
+                char* p = bases[ref >> OFFSET_BITS] + (ref & ((1ll << OFFSET_BITS) - 1)) * (i64)sizeof(S);
+                if (k < nsrc) s_src[half][k] = p; else s_dst[half][k - nsrc] = p;
+                same = ((u64)p & 15u) == (u64)mis;
             }
-            __syncthreads();
-            move_op<PURLIN_UNROLL>(kind, op->count, op->nsrc, op->ndst, s_src, s_dst, s_aligned, s_head, tid, stride);
+        }
+        const int aligned = __syncthreads_and(same) && (mis % (i64)sizeof(S)) == 0;
+        if (s_abort[half]) return;
+        if (kind != OP_NONE) {
+            const i64 count = op->count;
+            i64 head = aligned ? ((16 - mis) & 15) / (i64)sizeof(S) : 0;
+            head = head < count ? head : count;
+            move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], aligned, (int)head, tid, stride);
         }
         if (op->nnotify) {
             __syncthreads();  // the whole block's writes happen before the release
             if (threadIdx.x == 0) {
-                __threadfence_system();
+                fence_release();
                 for (int k = 0; k < op->nnotify; ++k) red_release((u64*)op->notify[k]);
             }
         }

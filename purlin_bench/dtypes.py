@@ -88,11 +88,12 @@ def reduction_tolerance(parts: Sequence[np.ndarray], redop: str, dtype: np.dtype
         return None
     if redop in ("max", "min"):
         return np.zeros(parts[0].shape)  # exact, but -0.0 equals 0.0
-    eps = float(np.finfo(dtype).eps)
+    info = ml_dtypes.finfo(dtype)  # numpy's finfo refuses bfloat16 from numpy 2.5 on
+    eps = float(info.eps)
     n = len(parts)
     mags = np.stack([np.abs(p.astype(np.float64)) for p in parts])
     scale = mags.sum(axis=0) if redop == "sum" else np.prod(mags, axis=0)
-    tiny = float(np.finfo(dtype).smallest_normal)
+    tiny = float(info.smallest_normal)
     return (n + 1) * eps * scale + tiny
 
 

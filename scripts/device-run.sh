@@ -33,6 +33,11 @@ step_bench() {  # a quick look: every strategy, a coarse size sweep, two collect
     timeout 150 purlin bench $c -b 8 -e 256M -f 8 --strategy all --json "$OUT/quick-$c.json" 2>&1 | tee "$OUT/quick-$c.log" | tail -45
   done
 }
+step_bench-wide() {  # every collective and strategy at a few sizes, float32 and bfloat16
+  for d in float32 bfloat16; do
+    timeout 200 purlin bench all -b 8 -e 256M -f 32 -d $d --strategy all --json "$OUT/wide-$d.json" 2>&1 | tee "$OUT/wide-$d.log" | grep -E "^#|^[a-z-]+  \(" 
+  done
+}
 step_bench-full() {  # the performance page's sweep: all collectives, 8 B .. 1 GiB, float32 and bfloat16
   for d in float32 bfloat16; do
     timeout 280 purlin bench all -b 8 -e 1G -f 2 -d $d --json "$OUT/bench-$d.json" --plot "$OUT/bench-$d.png" 2>&1 | tee "$OUT/bench-$d.log" | tail -30

@@ -118,25 +118,31 @@ def test_graph_replays_stay_correct(executor):
 
 
 def test_missing_notify_times_out_and_names_the_wait(executor):
-    spec = load_builtin("all-reduce")
+    """Drop the notify of a ring's last hop: only its consumer starves, so the
+    watchdog must name exactly that rank, step and flag, and leave the process
+    able to run the next collective."""
+    spec = load_builtin("all-gather")
     inst = instantiate(spec, 4, 10000, 4)
     program = plan(inst, "ring", "float32")
-    lists = [list(map(list, chans)) for chans in program.lists]
-    rank, channel, index = next((r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if isinstance(s, Notify) and s.role == "data")
+    lists = [[list(steps) for steps in chans] for chans in program.lists]
+    final_waits = {s.waits[0]: (r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if getattr(s, "op", None) == "wait" and len(s.waits) == 1}
+    rank, channel, index = next((r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if isinstance(s, Notify) and s.role == "data" and s.flag in final_waits)
     dropped = lists[rank][channel].pop(index)
+    waiter = final_waits[dropped.flag]
     broken = dataclasses.replace(program, lists=tuple(tuple(tuple(s) for s in chans) for chans in lists))
     from purlin_bench.executors.cupy_exec import CupyExecutor
 
     short = CupyExecutor(timeout_s=0.5)
     runner = short.prepare(broken)
     with pytest.raises(WatchdogTimeout) as err:
-        runner.run(random_inputs(np.random.default_rng(0), broken.in_counts, np.dtype(np.float32), "sum"))
+        runner.run(random_inputs(np.random.default_rng(0), broken.in_counts, np.dtype(np.float32), None))
     message = str(err.value)
-    assert "rank" in message and "step" in message and dropped.flag.text() in message
-    # The process (and even the same runner, reset) runs the next collective.
-    _check(executor, spec, 4, 10000, "float32", "ring")
+    assert f"rank {waiter[0]} channel {waiter[1]} step {waiter[2]} " in message, message
+    assert dropped.flag.text() in message, message
+    # The same executor runs a correct program right after, and so does the runner once reset.
     good = short.prepare(program)
     assert check_program(inst, program, good).wrong == 0
+    _check(executor, spec, 4, 10000, "float32", "ring")
 
 
 def test_launch_that_cannot_be_coresident_is_refused(executor):

@@ -22,11 +22,17 @@ def executor_names() -> list[str]:
     return list(_EXECUTORS)
 
 
-def get_executor(name: str, **options: Any):
+def get_executor_class(name: str) -> type:
+    """The executor class of backend ``name`` (its ``PARAMS`` say which
+    datapath parameters it accepts), without instantiating it."""
     if name not in _EXECUTORS:
         raise ExecutionError(f"unknown backend '{name}' (known: {', '.join(_EXECUTORS)})")
     module, cls = _EXECUTORS[name]
-    return getattr(import_module(module), cls)(**options)
+    return getattr(import_module(module), cls)
+
+
+def get_executor(name: str, **options: Any):
+    return get_executor_class(name)(**options)
 
 
 def gpu_available() -> tuple[bool, str]:

@@ -21,24 +21,26 @@ def source_text() -> str:
     return (data_dir("atoms") / SOURCE).read_text()
 
 
-def compile_options(dtype: str, redop: str, unroll: int, max_threads: int) -> tuple[str, ...]:
+def compile_options(dtype: str, redop: str, unroll: int, max_threads: int, sys_scope: bool = True) -> tuple[str, ...]:
     return (
         "-std=c++17",
         f"-DPURLIN_DTYPE={DTYPE_CODES[dtype]}",
         f"-DPURLIN_REDOP={REDOP_CODES[redop]}",
         f"-DPURLIN_UNROLL={unroll}",
         f"-DPURLIN_MAX_THREADS={max_threads}",
+        f"-DPURLIN_SYS_SCOPE={int(sys_scope)}",
     )
 
 
 @lru_cache(maxsize=None)
-def snac_kernel(dtype: str, redop: str, unroll: int, max_threads: int, device: int):
-    """The compiled `snac_run` kernel for one variant, on one device."""
+def snac_kernel(dtype: str, redop: str, unroll: int, max_threads: int, device: int, sys_scope: bool = True):
+    """The compiled `snac_run` kernel for one variant, on one device. Flags
+    need system scope only when some peer is another GPU."""
     import cupy
 
     with cupy.cuda.Device(device):
         try:
-            module = cupy.RawModule(code=source_text(), options=compile_options(dtype, redop, unroll, max_threads))
+            module = cupy.RawModule(code=source_text(), options=compile_options(dtype, redop, unroll, max_threads, sys_scope))
             return module.get_function("snac_run")
         except cupy.cuda.compiler.CompileException as exc:
             first = next((line for line in str(exc).splitlines() if "error" in line), str(exc).splitlines()[0])

@@ -61,7 +61,7 @@ class _Launch:
             self.grid = lowered.group_count * runner.blocks
             self.epochs = cupy.zeros(max(1, self.grid), dtype=cupy.uint64)
             self.status = cupy.zeros(8, dtype=cupy.int64)
-            self.kernel = snac_kernel(runner.program.dtype, runner.program.redop or "sum", runner.unroll, runner.threads, self.device)
+            self.kernel = runner.kernel(self.device)
             self.stream = cupy.cuda.Stream(non_blocking=True)
 
 
@@ -101,6 +101,10 @@ class CupyRunner:
         self._main_stream = None
 
     # -- setup ---------------------------------------------------------------
+    def kernel(self, device: int):
+        sys_scope = len(set(self.world.devices)) > 1
+        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, sys_scope)
+
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
         biggest = 0
         for low in lowered:
@@ -117,8 +121,7 @@ class CupyRunner:
         could wait forever on a block that never gets an SM: refuse it."""
         import cupy
 
-        kernel = snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device)
-        attrs = kernel.attributes
+        attrs = self.kernel(device).attributes
         dev = cupy.cuda.Device(device).attributes
         warps = -(-self.threads // 32)
         regs_per_warp = -(-attrs["num_regs"] * 32 // 256) * 256
@@ -260,9 +263,11 @@ class CupyRunner:
     def main_stream(self):
         import cupy
 
+        # A blocking stream: it orders after work on the legacy default stream
+        # (input uploads, poisoning, baselines), so no call races its setup.
         if self._main_stream is None:
             with cupy.cuda.Device(self.world.devices[0]):
-                self._main_stream = cupy.cuda.Stream(non_blocking=True)
+                self._main_stream = cupy.cuda.Stream(non_blocking=False)
         return self._main_stream
 
     def check_status(self) -> None:
@@ -305,9 +310,10 @@ class CupyRunner:
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
         """One checked call: upload inputs, poison outputs, launch, wait, read back."""
-        self.write_inputs(inputs)
-        self.poison()
         stream = self.main_stream()
+        with stream:
+            self.write_inputs(inputs)
+            self.poison()
         self.launch(stream)
         self.synchronize(stream)
         self.check_status()
