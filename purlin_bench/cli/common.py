@@ -21,7 +21,9 @@ def error(message: str) -> None:
 
 
 def note(message: str) -> None:
-    err_console.print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False)
+    """One line on stderr: soft_wrap stops rich from breaking it at 80
+    columns when stderr is not a terminal."""
+    err_console.print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def int_list(text: str, what: str, minimum: int = 0) -> list[int]:

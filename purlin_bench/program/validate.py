@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from purlin_bench.errors import PlanError
+from purlin_bench.errors import DeadlockError, PlanError
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step, StepId
 from purlin_bench.program.schedule import Walk
 from purlin_bench.spec.instance import Instance, key_text
@@ -177,7 +177,13 @@ class _Validator:
         self.check_shape()
         p = self.p
         nlists = len(self.lists)
-        order: list[tuple[StepId, Step]] = list(Walk(p).order())
+        walk = Walk(p)
+        try:
+            order: list[tuple[StepId, Step]] = list(walk.order())
+        except DeadlockError:
+            # A program that can deadlock is an invalid program, not a failed run:
+            # callers (the planner's in-place reroute) catch ProgramInvalid.
+            raise self.fail(None, f"deadlocks: {walk.blocked()}") from None
         number = {sid: k for k, (sid, _) in enumerate(order)}
         clocks = np.full((len(order), nlists), -1, dtype=np.int64)
         notifier: dict[FlagRef, int] = {}

@@ -1,0 +1,224 @@
+"""The combinations ``purlin check`` runs, and running one of them.
+
+Kept apart from the command so that the matrix (what runs, what is n/a and
+why, what is an error) can be read and tested without a console.
+
+Cost: instantiating a spec is cheap but planning is not (the validator walks
+every program), so :func:`expand` instantiates each (spec, ranks, root, count,
+element size) once, and :func:`run` plans through the planner's cache and
+keeps one Session per rank count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator, Sequence
+
+from purlin_bench.check import check_program
+from purlin_bench.cli.targets import Target
+from purlin_bench.config import RunConfig
+from purlin_bench.dtypes import DTYPES, REDOPS, resolve_dtype
+from purlin_bench.errors import PurlinError, SpecError
+from purlin_bench.planner import applicable
+from purlin_bench.session import Session
+from purlin_bench.spec.instance import Instance, instantiate
+from purlin_bench.strategies import STRATEGIES
+
+PASS, FAIL, NA, ERROR = "pass", "FAIL", "n/a", "error"
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for, parsed; None in a field means 'the default'."""
+
+    targets: tuple[Target, ...]
+    ranks: tuple[int, ...]
+    strategies: tuple[str, ...] | None  # None: every strategy that applies
+    dtypes: tuple[str, ...]
+    counts: tuple[int, ...]
+    roots: tuple[int, ...] | None  # None: every root of a rooted collective
+    redops: tuple[str, ...] | None  # None: each spec's own reduction
+    inplace: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class Combo:
+    collective: str
+    ranks: int
+    root: int | None  # None for a collective without a root
+    count: int
+    dtype: str
+    redop: str | None  # None for a copy
+    strategy: str
+    inplace: bool
+
+
+@dataclass(frozen=True)
+class Outcome:
+    combo: Combo
+    status: str  # PASS, FAIL, NA or ERROR
+    steps: int | None = None
+    wrong: int | None = None
+    total: int | None = None
+    note: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.status in (FAIL, ERROR)
+
+    def to_dict(self) -> dict:
+        c = self.combo
+        return {
+            "collective": c.collective,
+            "ranks": c.ranks,
+            "root": c.root,
+            "count": c.count,
+            "dtype": c.dtype,
+            "redop": c.redop,
+            "strategy": c.strategy,
+            "inplace": c.inplace,
+            "status": self.status,
+            "steps": self.steps,
+            "wrong": self.wrong,
+            "elements": self.total,
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class Job:
+    """A combination to run, with the instance it runs on."""
+
+    combo: Combo
+    inst: Instance = field(compare=False)
+
+
+# -- parsing the matrix options --------------------------------------------
+
+
+def parse_names(text: str, what: str, known: Sequence[str], canonical: Callable[[str], str] = str) -> tuple[str, ...] | None:
+    """'all' -> None; 'a,b' -> ('a', 'b') checked against ``known``."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise PurlinError(f"{what} is empty")
+    if parts == ["all"]:
+        return None
+    names = tuple(dict.fromkeys(canonical(p) for p in parts))
+    for name in names:
+        if name not in known:
+            raise PurlinError(f"unknown {what.lstrip('-')} '{name}' (known: all, {', '.join(known)})")
+    return names
+
+
+def parse_strategies(text: str) -> tuple[str, ...] | None:
+    return parse_names(text, "--strategy", list(STRATEGIES))
+
+
+def parse_dtypes(text: str) -> tuple[str, ...]:
+    return parse_names(text, "--dtype", list(DTYPES), lambda n: resolve_dtype(n)[0]) or tuple(DTYPES)
+
+
+def parse_redops(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    return parse_names(text, "--op", REDOPS) or REDOPS
+
+
+# -- expanding it ------------------------------------------------------------
+
+
+def expand(request: Request) -> Iterator[Job | Outcome]:
+    """Every combination asked for, in table order: a Job to run, or an n/a
+    Outcome saying why it cannot run. Raises PurlinError where the user named
+    both the collective and a strategy that does not apply to it."""
+    for target in request.targets:
+        spec = target.spec
+        for ranks in request.ranks:
+            if not spec.supports_ranks(ranks):  # ranks >= 1 here, so its 'requires' said no
+                combo = Combo(spec.name, ranks, None, 0, "-", None, "-", False)
+                yield Outcome(combo, NA, note=f"{spec.name} does not support {ranks} ranks (requires {spec.requires.text})")
+                continue
+            roots: Sequence[int | None] = [None]
+            if spec.rooted:
+                roots = range(ranks) if request.roots is None else request.roots
+            for root in roots:
+                if root is not None and root >= ranks:
+                    combo = Combo(spec.name, ranks, root, 0, "-", None, "-", False)
+                    yield Outcome(combo, NA, note=f"root {root} is not a rank of {ranks}")
+                    continue
+                yield from _expand_instance(request, target, ranks, root)
+
+
+def _expand_instance(request: Request, target: Target, ranks: int, root: int | None) -> Iterator[Job | Outcome]:
+    spec = target.spec
+    redops: Sequence[str | None] = [None]
+    if spec.op == "reduce":
+        redops = request.redops or [spec.redop]
+    for count in request.counts:
+        instances: dict[int, Instance] = {}  # by element size: float16 and bfloat16 share one
+        for dtype in request.dtypes:
+            itemsize = DTYPES[dtype].itemsize
+            for redop in redops:
+                base = Combo(spec.name, ranks, root, count, dtype, redop, "-", False)
+                if itemsize not in instances:
+                    instances[itemsize] = instantiate(spec, ranks, count, itemsize, root or 0)
+                inst = instances[itemsize]
+                yield from _expand_strategies(request, target, inst, base)
+
+
+def _expand_strategies(request: Request, target: Target, inst: Instance, base: Combo) -> Iterator[Job | Outcome]:
+    verdicts = applicable(inst)
+    inplace_why = _inplace_refusal(inst) if any(request.inplace) else None
+    for strategy in request.strategies or tuple(verdicts):
+        why = verdicts[strategy]
+        if why and request.strategies is not None and target.explicit:
+            raise PurlinError(f"strategy '{strategy}' does not apply to {inst.spec.name}: {why}")
+        for inplace in request.inplace:
+            combo = replace(base, strategy=strategy, inplace=inplace)
+            if why:
+                yield Outcome(combo, NA, note=why)
+            elif inplace and inplace_why:
+                yield Outcome(combo, NA, note=inplace_why)
+            else:
+                yield Job(combo, inst)
+
+
+def _inplace_refusal(inst: Instance) -> str | None:
+    try:
+        inst.inplace_offsets()
+    except SpecError as exc:
+        return str(exc)
+    return None
+
+
+# -- running it --------------------------------------------------------------
+
+
+class Runner:
+    """Runs jobs on one backend, one Session per rank count."""
+
+    def __init__(self, backend: str, seed: int):
+        self.backend = backend
+        self.seed = seed
+        self.sessions: dict[int, Session] = {}
+
+    def session(self, ranks: int) -> Session:
+        if ranks not in self.sessions:
+            self.sessions[ranks] = Session(self.backend, ranks=ranks, seed=self.seed)
+        return self.sessions[ranks]
+
+    def run(self, job: Job) -> Outcome:
+        c = job.combo
+        session = self.session(c.ranks)
+        config = RunConfig.make(c.strategy)
+        try:
+            program = session.program(job.inst, config, c.dtype, c.redop, c.inplace)
+        except PurlinError as exc:  # a strategy emitted a program the validator rejects: a bug to report
+            return Outcome(c, ERROR, note=f"plan: {exc}")
+        try:
+            result = check_program(job.inst, program, session.runner(program, config), seed=self.seed)
+        except PurlinError as exc:  # deadlock, device timeout
+            return Outcome(c, ERROR, steps=program.step_count(), note=f"run: {exc}")
+        status = PASS if result.ok else FAIL
+        note = "" if result.ok else f"{result.wrong} of {result.total} output elements differ from the reference"
+        return Outcome(c, status, program.step_count(), result.wrong, result.total, note)

@@ -1,0 +1,56 @@
+"""``purlin show``: the SNAC program of one collective, strategy and size."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from purlin_bench.cli.common import console, parse_bytes
+from purlin_bench.cli.targets import one_spec
+from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.errors import PurlinError
+from purlin_bench.heuristics import default_config
+from purlin_bench.planner import plan
+from purlin_bench.program.render import render_rich
+from purlin_bench.spec.instance import instantiate
+
+ORDER = 20
+
+
+def show(
+    collective: Optional[str] = typer.Argument(None, help="A built-in collective (see 'purlin list') or a path to a .yaml spec."),
+    ranks: int = typer.Option(4, "--ranks", "-n", help="Number of ranks."),
+    strategy: str = typer.Option("auto", "--strategy", "-s", help="direct, push, two-shot, ring, or auto (the untuned default)."),
+    slice_bytes: str = typer.Option("0", "--slice-bytes", help="Bytes per slice, e.g. 4K or 1M; 0 lets the strategy choose."),
+    channels: int = typer.Option(1, "--channels", help="Step lists per rank."),
+    count: int = typer.Option(1024, "--count", help="Elements (per chunk or per buffer, as the spec's 'count' says)."),
+    dtype: str = typer.Option("float32", "--dtype", "-d", help="float32, float64, float16, bfloat16 or int32."),
+    root: int = typer.Option(0, "--root", help="Root rank of a rooted collective."),
+    inplace: bool = typer.Option(False, "--inplace", help="Show the in-place program (nccl-tests' in-place buffers)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the program as JSON (Program.to_json) instead."),
+    spec_file: Optional[str] = typer.Option(None, "--spec", help="A user's collective spec (.yaml) instead of COLLECTIVE."),
+) -> None:
+    """Show the SNAC program a strategy derives: per rank and channel, every step
+    with its peer, buffer slice [lo:hi), flag and role; then a summary."""
+    spec = one_spec(collective, spec_file)
+    if ranks < 1:
+        raise PurlinError(f"--ranks must be >= 1, got {ranks}")
+    if count < 0:
+        raise PurlinError(f"--count must be >= 0, got {count}")
+    if channels < 1:
+        raise PurlinError(f"--channels must be >= 1, got {channels}")
+    name, np_dtype = resolve_dtype(dtype)
+    inst = instantiate(spec, ranks, count, np_dtype.itemsize, root if spec.rooted else 0)
+    if strategy == "auto":
+        strategy = default_config(inst).strategy
+    params = {"slice_bytes": parse_bytes(slice_bytes, "--slice-bytes"), "channels": channels}
+    program = plan(inst, strategy, name, params=params, inplace=inplace)
+    if as_json:
+        print(program.to_json(indent=2))
+        return
+    console.print(render_rich(program))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("show")(show)

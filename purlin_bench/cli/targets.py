@@ -1,0 +1,42 @@
+"""What the commands share about naming collectives: a built-in name, a path
+to a user's YAML (as COLLECTIVE or through ``--spec``), or ``all``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from purlin_bench.errors import PurlinError
+from purlin_bench.spec.loader import CollectiveSpec, load_all_builtin, load_spec_file, resolve
+
+@dataclass(frozen=True)
+class Target:
+    spec: CollectiveSpec
+    explicit: bool  # named by the user, not reached through 'all'
+
+
+def one_spec(collective: str | None, spec_file: str | None) -> CollectiveSpec:
+    """Exactly one collective: COLLECTIVE (a name or a .yaml path) or --spec."""
+    if collective and spec_file:
+        raise PurlinError(f"give COLLECTIVE or --spec, not both (got '{collective}' and '{spec_file}')")
+    if spec_file:
+        return load_spec_file(spec_file)
+    if not collective:
+        raise PurlinError("missing COLLECTIVE (a built-in name, see 'purlin list', or a path to a .yaml spec)")
+    if collective == "all":
+        raise PurlinError("this command takes one collective, not 'all'")
+    return resolve(collective)
+
+
+def many_specs(collective: str | None, spec_files: Sequence[str]) -> list[Target]:
+    """COLLECTIVE (a name, a .yaml path or ``all``) plus every ``--spec`` file."""
+    if not collective and not spec_files:
+        raise PurlinError("missing COLLECTIVE (a built-in name, 'all', or a path to a .yaml spec; or use --spec FILE.yaml)")
+    targets: list[Target] = []
+    if collective == "all":
+        targets.extend(Target(s, explicit=False) for s in load_all_builtin())
+    elif collective:
+        targets.append(Target(resolve(collective), explicit=True))
+    targets.extend(Target(load_spec_file(path), explicit=True) for path in spec_files)
+    return targets
+

@@ -1,0 +1,64 @@
+"""Markers that need hardware or services skip cleanly where those are missing:
+
+* ``gpu``: a usable CUDA GPU and CuPy (``executors.gpu_available``);
+* ``nvcc``: the CUDA compiler on PATH;
+* ``postgres``: a server at ``PURLIN_TEST_POSTGRES_URL``. Where
+  ``PURLIN_REQUIRE_POSTGRES=1`` (set by .ci/start-postgres.sh) a missing
+  server fails those tests instead, so CI cannot pass by skipping them.
+
+Hypothesis runs without a deadline (a 2-core CI box is slow and noisy) and
+without its example database (no .hypothesis/ folder left in the checkout).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from functools import lru_cache
+
+import pytest
+from hypothesis import settings
+
+settings.register_profile("purlin", deadline=None, database=None)
+settings.load_profile("purlin")
+
+
+@lru_cache(maxsize=1)
+def _gpu() -> tuple[bool, str]:
+    # Imported lazily and asked once: probing CUDA costs time on every call.
+    from purlin_bench.executors import gpu_available
+
+    return gpu_available()
+
+
+def _missing(marker: str) -> str | None:
+    """Why tests with ``marker`` cannot run here, or None if they can."""
+    if marker == "gpu":
+        ok, why = _gpu()
+        return None if ok else f"needs a GPU: {why}"
+    if marker == "nvcc":
+        return None if shutil.which("nvcc") else "needs nvcc on PATH"
+    if marker == "postgres":
+        return None if os.environ.get("PURLIN_TEST_POSTGRES_URL") else "needs PURLIN_TEST_POSTGRES_URL (a PostgreSQL server)"
+    return None
+
+
+def _require_postgres() -> bool:
+    return os.environ.get("PURLIN_REQUIRE_POSTGRES") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker in ("gpu", "nvcc", "postgres"):
+            if item.get_closest_marker(marker) is None or (marker == "postgres" and _require_postgres()):
+                continue
+            why = _missing(marker)
+            if why is not None:
+                item.add_marker(pytest.mark.skip(reason=why))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("postgres") is not None and _require_postgres():
+        why = _missing("postgres")
+        if why is not None:
+            pytest.fail(f"PURLIN_REQUIRE_POSTGRES=1 but this test {why}: the PostgreSQL server did not start")
