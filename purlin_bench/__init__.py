@@ -7,3 +7,16 @@ program on simulated ranks or GPUs (``purlin_bench.executors``).
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # `purlin_bench.load_plan` without importing the planner and NumPy on every
+    # `import purlin_bench` (the CLI imports the package first thing).
+    if name == "load_plan":
+        from purlin_bench.plans import load_plan
+
+        return load_plan
+    raise AttributeError(f"module 'purlin_bench' has no attribute '{name}'")
+
+
+__all__ = ["__version__", "load_plan"]

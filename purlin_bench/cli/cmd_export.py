@@ -1,0 +1,36 @@
+"""`purlin export`: a plan artifact in a format another tool reads."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from purlin_bench.export import formats, render, require_format
+from purlin_bench.tune.artifact import ArtifactError, load_plan_file, write_text_atomic
+
+ORDER = 60
+
+
+def export(
+    plan: Path = typer.Argument(..., help="a plan artifact (results/<gpu-type>/<collective>-<layout>-<dtype>.json)"),
+    fmt: str = typer.Option(..., "--format", "-f", help=" | ".join(formats())),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="write here (atomically) instead of to stdout"),
+) -> None:
+    """Export a tuned plan: json (docs/plan.schema.json), csv, a C/C++ header, or NCCL tuner rules."""
+    require_format(fmt)
+    artifact = load_plan_file(plan)
+    text = render(artifact, fmt, str(plan))
+    if output is None:
+        sys.stdout.write(text)
+        return
+    try:
+        write_text_atomic(output, text)
+    except OSError as exc:
+        raise ArtifactError(f"{output}: cannot write: {exc.strerror or exc}") from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export)

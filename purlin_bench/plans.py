@@ -1,0 +1,214 @@
+"""Python API for tuned plans: ``purlin_bench.load_plan``.
+
+    import purlin_bench
+    allreduce = purlin_bench.load_plan("all-reduce", dtype="float32", ranks=8)
+    outputs = allreduce(inputs)                # one array per rank
+    allreduce.config_for(1 << 20)              # the configuration used at 1 MiB
+
+``load_plan`` takes a plan file, or a collective name: then it looks in
+``results/<gpu-type>/<collective>-<layout>-<dtype>.json`` for the GPU type and
+rank layout of this machine (numpy: "cpu"). A plan tuned on another GPU type
+or layout is refused with what differs; ``override=True`` runs it anyway.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from purlin_bench.config import RunConfig
+from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.errors import PurlinError
+from purlin_bench.hardware import Fingerprint, detect
+from purlin_bench.session import Session
+from purlin_bench.spec.instance import Instance, instantiate
+from purlin_bench.spec.loader import CollectiveSpec, resolve
+from purlin_bench.tune.artifact import ArtifactError, PlanArtifact, PlanEntry, load_plan_file, plan_path
+from purlin_bench.tune.effective import for_backend
+
+DEFAULT_RESULTS = "results"
+_RUNNERS_KEPT = 8  # prepared programs per tuned collective (one per message size in use)
+
+
+class TunedCollective:
+    """A collective with a tuned configuration per message-size bucket.
+
+    Calling it runs the collective on a list of per-rank input arrays through
+    a :class:`~purlin_bench.session.Session` on the plan's backend and returns
+    the per-rank outputs."""
+
+    def __init__(self, plan: PlanArtifact, spec: CollectiveSpec, backend: str, source: str):
+        if not plan.entries:
+            raise ArtifactError(f"{source}: the plan has no entries")
+        self.plan = plan
+        self.spec = spec
+        self.backend = backend
+        self.source = source
+        _, self._np_dtype = resolve_dtype(plan.dtype)
+        self._session: Session | None = None
+        self._runners: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"TunedCollective({self.plan.collective}, {self.plan.dtype}, {self.plan.fingerprint.describe()}, {len(self.plan.entries)} buckets, backend={self.backend})"
+
+    @property
+    def ranks(self) -> int:
+        return self.plan.ranks
+
+    def entry_for(self, nbytes: int) -> PlanEntry:
+        """The bucket entry for a message of ``nbytes`` (nccl-tests size S):
+        the last entry starting at or below it; below the first, the first."""
+        chosen = self.plan.entries[0]
+        for entry in self.plan.entries:
+            if entry.min_bytes <= nbytes:
+                chosen = entry
+        return chosen
+
+    def config_for(self, nbytes: int) -> RunConfig:
+        """The configuration this plan runs a message of ``nbytes`` with."""
+        return for_backend(self.entry_for(nbytes).config, self.backend)
+
+    def count_of(self, inputs: Sequence[Any], root: int = 0) -> int:
+        """The collective's count for these per-rank input lengths."""
+        lengths = tuple(int(len(x)) for x in inputs)
+        per_one = instantiate(self.spec, self.ranks, 1, self._np_dtype.itemsize, root).in_counts
+        count = next((n // k for n, k in zip(lengths, per_one) if k), 0)
+        if instantiate(self.spec, self.ranks, count, self._np_dtype.itemsize, root).in_counts != lengths:
+            raise PurlinError(f"inputs of lengths {list(lengths)} do not fit {self.spec.name} on {self.ranks} ranks (root {root}): no count gives these lengths")
+        return count
+
+    def __call__(self, inputs: Sequence[Any], root: int = 0, redop: str | None = None) -> list[Any]:
+        if len(inputs) != self.ranks:
+            raise PurlinError(f"this plan is for {self.ranks} ranks; got {len(inputs)} input arrays")
+        for r, x in enumerate(inputs):
+            if np.dtype(x.dtype) != self._np_dtype:
+                raise PurlinError(f"input of rank {r} is {x.dtype}; this plan is for {self.plan.dtype}")
+        count = self.count_of(inputs, root)
+        _, runner = self._runner(count, root, redop)
+        return runner.run(list(inputs))
+
+    def _runner(self, count: int, root: int, redop: str | None) -> tuple[Instance, Any]:
+        key = (count, root, redop)
+        if key in self._runners:
+            self._runners.move_to_end(key)
+            return self._runners[key]
+        session = self.session()
+        inst = session.instance(self.spec, count, self.plan.dtype, root)
+        config = self.config_for(self.spec.bytes_for_count(self.ranks, count, self._np_dtype.itemsize))
+        program = session.program(inst, config, self.plan.dtype, redop)
+        self._runners[key] = (inst, session.runner(program, config))
+        if len(self._runners) > _RUNNERS_KEPT:
+            self._runners.popitem(last=False)
+        return self._runners[key]
+
+    def session(self) -> Session:
+        if self._session is None:
+            devices = self.plan.fingerprint.devices
+            gpus = devices if self.backend == "cupy" and len(devices) > 1 else None
+            self._session = Session(self.backend, ranks=self.ranks, gpus=gpus)
+        return self._session
+
+
+def load_plan(
+    target: str | Path,
+    dtype: str = "float32",
+    ranks: int | None = None,
+    *,
+    gpus: Sequence[int] | None = None,
+    backend: str | None = None,
+    results_dir: str | Path = DEFAULT_RESULTS,
+    override: bool = False,
+    spec: CollectiveSpec | None = None,
+) -> TunedCollective:
+    """A tuned collective from a plan file, or from a collective name with
+    this machine's GPU type and rank layout (``ranks`` virtual ranks, default
+    8, or one per GPU of ``gpus``).
+
+    ``backend`` runs it elsewhere than the plan's own backend (e.g. a GPU plan
+    on the numpy reference, with ``override=True``). ``spec`` supplies the
+    collective when the plan is of a user's spec file, not a built-in one."""
+    if _is_path(target):
+        path = Path(target)
+        plan = load_plan_file(path)
+        run_backend = backend or plan.backend
+        here = _machine(backend or _natural_backend(), ranks or plan.ranks, gpus if gpus is not None else _plan_gpus(plan))
+    else:
+        collective = str(target)
+        canonical_dtype, _ = resolve_dtype(dtype)
+        run_backend = backend or _natural_backend()
+        here = _machine(run_backend, ranks or 8, gpus)
+        path = plan_path(results_dir, here.gpu_type, collective, here.layout, canonical_dtype)
+        if not path.exists():
+            raise ArtifactError(f"no tuned plan for {collective} {canonical_dtype} on {here.describe()}: {path} does not exist (run: purlin tune {collective} --dtype {canonical_dtype})")
+        plan = load_plan_file(path)
+    _check_fits(plan, here, str(path), override)
+    return TunedCollective(plan, spec or _spec_of(plan, str(path)), run_backend, str(path))
+
+
+def plan_lookup(plan: str, backend: str, ranks: int, dtype: str, gpus: Sequence[int] | None = None, results_dir: str | Path = DEFAULT_RESULTS) -> Callable[[Instance, int], RunConfig]:
+    """For ``purlin bench --plan FILE|auto``: (instance, message bytes) ->
+    the plan's configuration, as ``backend`` runs it. ``auto`` finds each
+    collective's plan for this machine; a file must match the collective."""
+    canonical_dtype, _ = resolve_dtype(dtype)
+    loaded: dict[str, TunedCollective] = {}
+
+    def tuned(name: str) -> TunedCollective:
+        if name not in loaded:
+            if plan == "auto":
+                loaded[name] = load_plan(name, canonical_dtype, ranks, gpus=gpus, backend=backend, results_dir=results_dir)
+            else:
+                loaded[name] = load_plan(plan, canonical_dtype, ranks, gpus=gpus, backend=backend)
+                _check_matches(loaded[name], name, canonical_dtype)
+        return loaded[name]
+
+    def lookup(inst: Instance, nbytes: int) -> RunConfig:
+        return tuned(inst.spec.name).config_for(nbytes)
+
+    return lookup
+
+
+def _check_matches(tuned: TunedCollective, collective: str, dtype: str) -> None:
+    if tuned.plan.collective != collective:
+        raise ArtifactError(f"{tuned.source}: is a plan for {tuned.plan.collective}, not {collective}")
+    if tuned.plan.dtype != dtype:
+        raise ArtifactError(f"{tuned.source}: is a plan for {tuned.plan.dtype}, not {dtype}")
+
+
+def _check_fits(plan: PlanArtifact, here: Fingerprint, source: str, override: bool) -> None:
+    differences = plan.fingerprint.differences(here)
+    if differences and not override:
+        raise ArtifactError(f"{source}: tuned on {plan.fingerprint.describe()}, this machine is {here.describe()}: {'; '.join(differences)} differ (pass override=True to use it anyway)")
+
+
+def _is_path(target: str | Path) -> bool:
+    text = str(target)
+    return isinstance(target, Path) or text.endswith(".json") or "/" in text or Path(text).is_file()
+
+
+def _natural_backend() -> str:
+    """cupy where a GPU is usable, else the numpy reference."""
+    from purlin_bench.executors import gpu_available
+
+    return "cupy" if gpu_available()[0] else "numpy"
+
+
+def _plan_gpus(plan: PlanArtifact) -> tuple[int, ...] | None:
+    devices = plan.fingerprint.devices
+    return devices if len(devices) > 1 else None
+
+
+def _machine(backend: str, ranks: int, gpus: Sequence[int] | None) -> Fingerprint:
+    return detect(backend, ranks, tuple(gpus) if gpus else None)
+
+
+def _spec_of(plan: PlanArtifact, source: str) -> CollectiveSpec:
+    try:
+        return resolve(plan.collective)
+    except PurlinError as exc:
+        raise ArtifactError(f"{source}: {exc} (pass spec= for a plan of your own collective)") from None
+
+
+__all__ = ["TunedCollective", "load_plan", "plan_lookup"]

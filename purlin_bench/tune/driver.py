@@ -1,0 +1,194 @@
+"""``purlin tune`` without the command line: from a request (collectives,
+sweep, dtypes, rank layouts, backend, storage) to studies and plan artifacts.
+
+For every rank layout, collective and dtype, one study per size bucket
+(tune.tuner.run_study) with the Session-backed check and measure
+(tune.measure); the winners become one plan artifact (tune.artifact), written
+atomically once all of its buckets are done. Studies are named by what they
+measure, so rerunning the same request with the same storage resumes them:
+
+    purlin/<gpu-type>/<layout>/<collective>/<dtype>/<bucket>/space-<hash>
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import purlin_bench
+from purlin_bench.config import RunConfig
+from purlin_bench.errors import PurlinError
+from purlin_bench.hardware import Fingerprint, detect
+from purlin_bench.heuristics import default_config
+from purlin_bench.planner import applicable
+from purlin_bench.session import Session
+from purlin_bench.spec.loader import CollectiveSpec
+from purlin_bench.tune.artifact import PlanArtifact, PlanEntry, SweepRef, load_plan_file, plan_path, write_plan
+from purlin_bench.tune.effective import backend_exec_params, effective_config
+from purlin_bench.tune.measure import SessionBench
+from purlin_bench.tune.storage import lost_storage, open_storage, storage_errors
+from purlin_bench.tune.sweep import Bucket, Sweep
+from purlin_bench.tune.tuner import StudyOutcome, StudySpec, TrialResult, TuneSettings, run_study
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    collectives: tuple[CollectiveSpec, ...]
+    sweep: Sweep
+    dtypes: tuple[str, ...]
+    ranks: tuple[int, ...]  # virtual ranks on one device; ignored when gpus is set
+    gpus: tuple[int, ...] | None  # one rank per GPU
+    backend: str  # numpy | cupy (already resolved)
+    settings: TuneSettings
+    storage_url: str
+    out_dir: Path
+
+
+@dataclass(frozen=True)
+class Job:
+    """One plan artifact: a collective and dtype on one rank layout."""
+
+    spec: CollectiveSpec
+    dtype: str
+    ranks: int
+
+
+@dataclass(frozen=True)
+class BucketResult:
+    job: Job
+    layout: str
+    bucket: Bucket
+    outcome: StudyOutcome | None  # None: no strategy applies at this size
+    entry: PlanEntry | None  # None: no correct configuration was found
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job: Job
+    path: Path | None  # the artifact written, if any bucket has a winner
+    buckets: tuple[BucketResult, ...]
+
+
+class Reporter:
+    """What the driver tells its caller; the CLI draws progress from it."""
+
+    def study_started(self, name: str) -> None: ...
+
+    def trial_finished(self, name: str, result: TrialResult) -> None: ...
+
+    def study_finished(self, name: str, outcome: StudyOutcome | None) -> None: ...
+
+    def note(self, message: str) -> None: ...
+
+
+def plan_jobs(request: TuneRequest) -> list[Job]:
+    ranks_list = (len(request.gpus),) if request.gpus else request.ranks
+    return [Job(spec, dtype, ranks) for ranks in ranks_list for spec in request.collectives if spec.supports_ranks(ranks) for dtype in request.dtypes]
+
+
+def study_name(fp: Fingerprint, collective: str, dtype: str, bucket: Bucket, sweep: Sweep) -> str:
+    return f"purlin/{fp.gpu_type}/{fp.layout}/{collective}/{dtype}/{bucket.label}/space-{sweep.space_digest}"
+
+
+def run_tune(request: TuneRequest, reporter: Reporter, storage: object | None = None) -> list[JobResult]:
+    """Tune every job of ``request``; ``storage`` is an opened study storage
+    (default: opened from ``request.storage_url``)."""
+    storage = storage if storage is not None else open_storage(request.storage_url)
+    try:
+        return [_run_job(request, job, storage, reporter) for job in plan_jobs(request)]
+    except storage_errors() as exc:
+        raise lost_storage(request.storage_url, exc) from None
+
+
+def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter) -> JobResult:
+    session = Session(request.backend, ranks=job.ranks, gpus=request.gpus)
+    fp = detect(request.backend, job.ranks, request.gpus)
+    path = plan_path(request.out_dir, fp.gpu_type, job.spec.name, fp.layout, job.dtype)
+    tuning = _JobTuning(request, job, fp, SessionBench(session, job.spec, job.dtype), _previous_entries(path, reporter), storage, reporter)
+    results = tuple(tuning.bucket(b) for b in request.sweep.buckets)
+    entries = tuple(r.entry for r in results if r.entry is not None)
+    if not entries:
+        return JobResult(job, None, results)
+    artifact = PlanArtifact(
+        collective=job.spec.name,
+        dtype=job.dtype,
+        redop=job.spec.redop,
+        ranks=job.ranks,
+        backend=request.backend,
+        fingerprint=fp,
+        package_version=purlin_bench.__version__,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        sweep=SweepRef(request.sweep.name, request.sweep.digest, request.settings.sampler, request.settings.trials, request.settings.seed),
+        entries=entries,
+    )
+    # Written once every bucket is done: an interrupted tune leaves the old plan whole.
+    write_plan(artifact, path)
+    return JobResult(job, path, results)
+
+
+@dataclass(frozen=True)
+class _JobTuning:
+    """Everything one job's studies share."""
+
+    request: TuneRequest
+    job: Job
+    fp: Fingerprint
+    bench: SessionBench
+    previous: dict[int, RunConfig]  # previous plan's winners by bucket lower edge
+    storage: object
+    reporter: Reporter
+
+    def bucket(self, bucket: Bucket) -> BucketResult:
+        job, request, bench = self.job, self.request, self.bench
+        name = study_name(self.fp, job.spec.name, job.dtype, bucket, request.sweep)
+        inst = bench.instance(bucket)
+        usable = tuple(s for s, why in applicable(inst).items() if why is None)
+        space = request.sweep.space.restricted(usable)
+        if not space.strategies:
+            self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: none of the sweep's strategies applies; skipped")
+            self.reporter.study_finished(name, None)
+            return BucketResult(job, self.fp.layout, bucket, None, None)
+        spec = StudySpec(
+            name=name,
+            bucket=bucket,
+            space=space,
+            context={"op": inst.op, "collective": job.spec.name, "dtype": job.dtype, "ranks": job.ranks, "backend": request.backend},
+            normalize=partial(effective_config, exec_params=backend_exec_params(request.backend)),
+            default=default_config(inst, request.backend),
+            previous=self.previous.get(bucket.min_bytes),
+        )
+        self.reporter.study_started(name)
+        outcome = run_study(spec, bench.measure, bench.check, self.storage, request.settings, on_trial=lambda s, r: self.reporter.trial_finished(s.name, r))
+        self.reporter.study_finished(name, outcome)
+        best = outcome.best
+        if best is None or best.config is None or best.time_us is None:
+            self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: no correct configuration in {outcome.finished} trial(s); bucket left out of the plan")
+            return BucketResult(job, self.fp.layout, bucket, outcome, None)
+        entry = PlanEntry(
+            min_bytes=bucket.min_bytes,
+            max_bytes=bucket.max_bytes,
+            measured_bytes=bench.nbytes(bucket),
+            config=best.config,
+            time_us=best.time_us,
+            busbw_gbps=bench.busbw_gbps(bucket, best.time_us),
+            default_time_us=outcome.default.time_us if outcome.default else None,
+            baseline_time_us=bench.baseline(bucket),
+            trials=outcome.finished,
+            study=name,
+        )
+        return BucketResult(job, self.fp.layout, bucket, outcome, entry)
+
+
+def _previous_entries(path: Path, reporter: Reporter) -> dict[int, RunConfig]:
+    """The previous plan's winners by bucket, to enqueue; an unreadable
+    previous plan is noted and replaced, not fatal."""
+    if not path.exists():
+        return {}
+    try:
+        plan = load_plan_file(path)
+    except PurlinError as exc:
+        reporter.note(f"ignoring the previous plan: {exc}")
+        return {}
+    return {e.min_bytes: e.config for e in plan.entries}

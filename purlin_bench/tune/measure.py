@@ -1,0 +1,67 @@
+"""The tuner's real ``check`` and ``measure``: a Session on a backend.
+
+Everything goes through :class:`~purlin_bench.session.Session`, the one place
+that checks and times a configuration, so ``purlin tune`` measures exactly as
+``purlin check`` and ``purlin bench`` do (CUDA-graph timing on cupy, CPU wall
+time of the reference on numpy). A bucket is measured at its lower edge.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from purlin_bench.check import CheckResult
+from purlin_bench.config import RunConfig
+from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.session import Session
+from purlin_bench.spec.instance import Instance
+from purlin_bench.spec.loader import CollectiveSpec
+from purlin_bench.tune.sweep import Bucket
+
+# The numpy reference's times only exercise the path; a few repetitions do.
+_NUMPY_TIMING = {"iters": 3, "warmup": 1, "reps": 3}
+
+
+class SessionBench:
+    """``check`` and ``measure`` for one collective and dtype on a session."""
+
+    def __init__(self, session: Session, spec: CollectiveSpec, dtype: str, root: int = 0):
+        self.session = session
+        self.spec = spec
+        self.dtype = dtype
+        self.root = root
+        self._instances: dict[int, Instance] = {}
+
+    def count(self, bucket: Bucket) -> int:
+        _, np_dtype = resolve_dtype(self.dtype)
+        return self.spec.count_for_bytes(self.session.ranks, bucket.min_bytes, np_dtype.itemsize)
+
+    def instance(self, bucket: Bucket) -> Instance:
+        count = self.count(bucket)
+        if count not in self._instances:
+            self._instances[count] = self.session.instance(self.spec, count, self.dtype, self.root)
+        return self._instances[count]
+
+    def nbytes(self, bucket: Bucket) -> int:
+        """The nccl-tests message size actually measured (count rounding)."""
+        inst = self.instance(bucket)
+        return self.spec.bytes_for_count(self.session.ranks, inst.count, inst.itemsize)
+
+    def check(self, config: RunConfig, bucket: Bucket) -> CheckResult:
+        return self.session.check(self.instance(bucket), config, self.dtype)
+
+    def measure(self, config: RunConfig, bucket: Bucket) -> float:
+        options: dict[str, Any] = _NUMPY_TIMING if self.session.backend == "numpy" else {}
+        return self.session.time(self.instance(bucket), config, self.dtype, **options).median_us
+
+    def baseline(self, bucket: Bucket) -> float | None:
+        """The baseline's time (what a user would write instead), when the
+        backend has one. The numpy reference has none; on the GPU this is
+        where the bench's CuPy baseline timing plugs in."""
+        return None
+
+    def busbw_gbps(self, bucket: Bucket, time_us: float) -> float:
+        """nccl-tests' bus bandwidth: S / time, times the collective's factor."""
+        inst = self.instance(bucket)
+        algbw = self.nbytes(bucket) / (time_us * 1e-6) / 1e9
+        return algbw * inst.busbw_factor()

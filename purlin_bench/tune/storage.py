@@ -1,0 +1,143 @@
+"""Where studies live: an Optuna RDB storage from a URL, with clear errors.
+
+``sqlite:///<out>/tune.db`` by default, so that an interrupted tune resumes
+where it stopped; any SQLAlchemy URL (``postgresql://user@host/db``) lets
+several machines tune one study. A URL that cannot be opened (no server, no
+driver, no such file) is one :class:`StorageError` line, never a traceback.
+
+Heartbeats are on: a worker that dies mid-trial (SIGKILL, a lost machine)
+leaves a RUNNING trial that other workers mark failed once its heartbeat is
+older than the grace period, so it is neither counted nor waited on forever.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from purlin_bench.errors import PurlinError
+
+DB_NAME = "tune.db"
+# A live worker beats every HEARTBEAT_S; one silent for GRACE_S is dead. The
+# grace is generous: a GPU trial may hold the interpreter while it compiles.
+HEARTBEAT_S = 10
+GRACE_S = 60
+CONNECT_TIMEOUT_S = 10
+_CREATE_ATTEMPTS = 4
+
+
+class StorageError(PurlinError):
+    """The study storage cannot be opened or was lost."""
+
+
+def default_storage_url(out_dir: str | Path) -> str:
+    return f"sqlite:///{(Path(out_dir) / DB_NAME).resolve()}"
+
+
+def display_url(url: str) -> str:
+    """The URL with any password hidden, for messages."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL at all: show it as typed, minus a user:password@ part
+        head, sep, tail = url.partition("@")
+        return f"{head.split('//')[0]}//***@{tail}" if sep else url
+
+
+def _with_driver(url: str) -> str:
+    """SQLAlchemy 2.1 reads a bare ``postgresql://`` as psycopg 3; use
+    psycopg2 when that is the driver installed (our ``postgres`` extra)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme in ("postgresql", "postgres"):
+        try:
+            import psycopg  # noqa: F401  (psycopg 3 present: the default works)
+
+            return f"postgresql://{rest}"
+        except ImportError:
+            return f"postgresql+psycopg2://{rest}"
+    return url
+
+
+def _engine_kwargs(url: str) -> dict[str, Any]:
+    if url.startswith("postgresql"):
+        return {"connect_args": {"connect_timeout": CONNECT_TIMEOUT_S}}
+    if url.startswith("sqlite"):
+        # Several local workers may share one file: wait for its lock instead of failing.
+        return {"connect_args": {"timeout": 60}}
+    return {}
+
+
+def _reason(exc: BaseException) -> str:
+    """The first informative line of a database error."""
+    if isinstance(exc, ImportError):
+        return "no database driver for it is installed (for PostgreSQL: pip install 'purlin-bench[postgres]')"
+    text = str(getattr(exc, "orig", None) or exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("(Background")]
+    first = lines[0] if lines else type(exc).__name__
+    return first.removeprefix("(psycopg2.OperationalError) ").removeprefix("(sqlite3.OperationalError) ")
+
+
+def open_storage(url: str) -> Any:
+    """An Optuna RDBStorage for ``url``; raises StorageError if unreachable."""
+    import optuna  # the tune path only: keeps `purlin --help` fast
+    import sqlalchemy.exc
+
+    if url.startswith("sqlite:///"):
+        try:
+            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot open study storage {display_url(url)}: {exc.strerror or exc}") from None
+    real = _with_driver(url)
+    for attempt in range(_CREATE_ATTEMPTS):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(
+                    real,
+                    engine_kwargs=_engine_kwargs(real),
+                    heartbeat_interval=HEARTBEAT_S,
+                    grace_period=GRACE_S,
+                    heartbeat_stale_trial_callback=_requeue_stale,
+                )
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
+            # Workers starting together on a fresh database race to create
+            # Optuna's tables; the loser finds them made a moment later.
+            if attempt + 1 == _CREATE_ATTEMPTS:
+                raise StorageError(f"cannot open study storage {display_url(url)}: {_reason(exc)}") from None
+            time.sleep(0.5 + random.random())
+        except (ImportError, ValueError) as exc:
+            raise StorageError(f"cannot open study storage {display_url(url)}: {_reason(exc)}") from None
+        except Exception as exc:  # SQLAlchemy and driver errors have no common base we can import lazily
+            if _is_database_error(exc):
+                raise StorageError(f"cannot open study storage {display_url(url)}: {_reason(exc)}") from None
+            raise
+    raise AssertionError("unreachable")
+
+
+def _requeue_stale(study: Any, trial: Any) -> None:
+    from purlin_bench.tune.tuner import requeue
+
+    requeue(study, trial)
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    import optuna
+    import sqlalchemy.exc
+
+    return isinstance(exc, (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError))
+
+
+def storage_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean the storage went away during a tune."""
+    import optuna
+    import sqlalchemy.exc
+
+    return (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError)
+
+
+def lost_storage(url: str, exc: BaseException) -> StorageError:
+    return StorageError(f"lost the study storage {display_url(url)}: {_reason(exc)}")

@@ -1,0 +1,223 @@
+"""Every export format: JSON valid against the published schema, CSV rows,
+a C/C++ header that compiles (and whose lookup agrees with ours), and NCCL
+tuner rules for NCCL plans only."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from purlin_bench.config import RunConfig
+from purlin_bench.export import ExportError, formats, render
+from purlin_bench.hardware import detect
+from purlin_bench.tune.artifact import PlanArtifact, PlanEntry, SweepRef
+
+SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "plan.schema.json").read_text())
+
+
+def make_plan(entries=None, collective="all-reduce", backend="numpy") -> PlanArtifact:
+    default_entries = (
+        PlanEntry(8, 65535, 16, RunConfig.make("two-shot", {"channels": 1, "slice_bytes": 0}), 10.5, 0.0016, 12.5, None, 5, "s8"),
+        PlanEntry(65536, (1 << 20) - 1, 65536, RunConfig.make("ring", {"channels": 2, "slice_bytes": 262144}, {"datapath": "sm", "blocks": 4, "threads": 512, "unroll": 2}), 20.0, 4.9, 30.0, 40.0, 5, "s64K"),
+        PlanEntry(1 << 20, None, 1 << 20, RunConfig.make("direct", {"channels": 4, "slice_bytes": 0}, {"datapath": "ce"}), 80.0, 19.6, 80.0, None, 5, "s1M"),
+    )
+    return PlanArtifact(collective, "float32", 8, backend, detect("numpy", 8), "0.1.0", "2026-12-02T10:00:00+00:00", SweepRef("quick", "0123456789ab", "tpe", 5, 0), entries or default_entries, redop="sum")
+
+
+def nccl_plan(collective="all-reduce", **params) -> PlanArtifact:
+    def rule(lo, hi, algorithm, protocol, channels):
+        values = {"algorithm": algorithm, "protocol": protocol, "channels": channels, **params}
+        return PlanEntry(lo, hi, lo, RunConfig.make("nccl", exec_params=values), 5.0, 1.0, 6.0, None, 4, f"n{lo}")
+
+    return make_plan((rule(8, 65535, "ring", "LL", 4), rule(65536, None, "nvls", "simple", 16)), collective=collective, backend="cupy")
+
+
+# --------------------------------------------------------------- a tiny JSON Schema checker
+
+
+def schema_errors(value: Any, schema: dict, root: dict, where: str = "$") -> list[str]:
+    """The subset of JSON Schema (2020-12) that docs/plan.schema.json uses:
+    $ref to $defs, type, const, enum, required, properties,
+    additionalProperties, items, minItems, minimum, exclusiveMinimum,
+    minLength, pattern."""
+    if "$ref" in schema:
+        name = schema["$ref"].removeprefix("#/$defs/")
+        return schema_errors(value, root["$defs"][name], root, where)
+    errors = []
+    types = schema.get("type")
+    if types is not None:
+        kinds = [types] if isinstance(types, str) else types
+        if not any(_is_type(value, k) for k in kinds):
+            return [f"{where}: {value!r} is not of type {types}"]
+    if "const" in schema and value != schema["const"]:
+        errors.append(f"{where}: {value!r} != const {schema['const']!r}")
+    if "enum" in schema and value not in schema["enum"]:
+        errors.append(f"{where}: {value!r} not in {schema['enum']}")
+    if isinstance(value, dict):
+        for key in schema.get("required", []):
+            if key not in value:
+                errors.append(f"{where}: missing {key}")
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        for key, item in value.items():
+            if key in props:
+                errors += schema_errors(item, props[key], root, f"{where}.{key}")
+            elif extra is False:
+                errors.append(f"{where}: unexpected {key}")
+            elif isinstance(extra, dict):
+                errors += schema_errors(item, extra, root, f"{where}.{key}")
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0):
+            errors.append(f"{where}: fewer than {schema['minItems']} items")
+        if "items" in schema:
+            for i, item in enumerate(value):
+                errors += schema_errors(item, schema["items"], root, f"{where}[{i}]")
+    if _is_type(value, "number"):
+        if "minimum" in schema and value < schema["minimum"]:
+            errors.append(f"{where}: {value} < {schema['minimum']}")
+        if "exclusiveMinimum" in schema and value <= schema["exclusiveMinimum"]:
+            errors.append(f"{where}: {value} <= {schema['exclusiveMinimum']}")
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0):
+            errors.append(f"{where}: shorter than {schema['minLength']}")
+        if "pattern" in schema and not re.search(schema["pattern"], value):
+            errors.append(f"{where}: {value!r} does not match {schema['pattern']}")
+    return errors
+
+
+def _is_type(value: Any, kind: str) -> bool:
+    if kind == "null":
+        return value is None
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, {"string": str, "object": dict, "array": list}[kind])
+
+
+def test_the_checker_catches_schema_violations():
+    good = json.loads(render(make_plan(), "json", "p.json"))
+    assert schema_errors(good, SCHEMA, SCHEMA) == []
+    for mutate in (
+        lambda d: d.pop("fingerprint"),
+        lambda d: d.update(ranks=0),
+        lambda d: d.update(timing="fast"),
+        lambda d: d["entries"][0].update(time_us=-1),
+        lambda d: d["entries"][0]["config"]["plan_params"].update(channels=[1]),
+        lambda d: d["fingerprint"].update(layout="eight"),
+        lambda d: d.update(surprise=1),
+    ):
+        bad = json.loads(json.dumps(good))
+        mutate(bad)
+        assert schema_errors(bad, SCHEMA, SCHEMA), mutate
+
+
+# --------------------------------------------------------------- formats
+
+
+def test_registry():
+    assert formats() == ["json", "csv", "header", "nccl-tuner"]
+    with pytest.raises(ExportError, match="unknown export format 'yaml'"):
+        render(make_plan(), "yaml", "p.json")
+
+
+@pytest.mark.parametrize("plan", [make_plan(), make_plan(backend="cupy"), nccl_plan()], ids=["numpy", "cupy", "nccl"])
+def test_json_export_validates_against_the_published_schema(plan):
+    data = json.loads(render(plan, "json", "p.json"))
+    assert schema_errors(data, SCHEMA, SCHEMA) == []
+    assert data == plan.to_dict()
+
+
+def test_csv_has_one_row_per_bucket():
+    rows = list(csv.DictReader(io.StringIO(render(make_plan(), "csv", "p.json"))))
+    assert [r["min_bytes"] for r in rows] == ["8", "65536", "1048576"]
+    assert [r["max_bytes"] for r in rows] == ["65535", "1048575", ""]
+    assert [r["strategy"] for r in rows] == ["two-shot", "ring", "direct"]
+    assert rows[1]["slice_bytes"] == "262144" and rows[1]["blocks"] == "4" and rows[1]["datapath"] == "sm"
+    assert rows[0]["blocks"] == "" and rows[0]["timing"] == "cpu-reference"
+    assert rows[1]["speedup_vs_default"] == "1.5" and rows[1]["speedup_vs_baseline"] == "2"
+    nccl_rows = list(csv.DictReader(io.StringIO(render(nccl_plan(), "csv", "p.json"))))
+    assert "algorithm=ring" in nccl_rows[0]["other_params"]
+
+
+def _compilers() -> list[tuple[str, str]]:
+    found = [(c, lang) for c, lang in (("gcc", "c"), ("g++", "c++")) if shutil.which(c)]
+    if not found:
+        pytest.skip("no C or C++ compiler on PATH")
+    return found
+
+
+def test_header_compiles_in_c_and_cpp(tmp_path):
+    header = tmp_path / "plan.h"
+    header.write_text(render(make_plan(), "header", "results/cpu/all-reduce-8vr-float32.json"))
+    other = tmp_path / "other.h"  # two plans in one translation unit share the entry type
+    other.write_text(render(make_plan(collective="all-gather"), "header", "x.json"))
+    source = tmp_path / "use.c"
+    source.write_text('#include "plan.h"\n#include "other.h"\nint main(void) { return purlin_plan_all_reduce_8vr_float32_lookup(100)->channels == 1 ? 0 : 1; }\n')
+    for compiler, lang in _compilers():
+        flags = ["-std=c99"] if lang == "c" else ["-std=c++11"]
+        result = subprocess.run([compiler, "-x", lang, *flags, "-Wall", "-Wextra", "-Werror", "-fsyntax-only", str(source)], capture_output=True, text=True, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+
+
+def test_header_lookup_agrees_with_the_plan(tmp_path):
+    compilers = [c for c, lang in _compilers() if lang == "c"]
+    if not compilers:
+        pytest.skip("no C compiler")
+    plan = make_plan()
+    (tmp_path / "plan.h").write_text(render(plan, "header", "p.json"))
+    sizes = [0, 8, 65535, 65536, 1 << 20, 1 << 40]
+    body = "".join(f'  e = purlin_plan_all_reduce_8vr_float32_lookup({n}ull); printf("%llu %s %d %lld %d %s\\n", (unsigned long long)e->min_bytes, e->strategy, e->channels, (long long)e->slice_bytes, e->blocks, e->datapath ? e->datapath : "-");\n' for n in sizes)
+    (tmp_path / "main.c").write_text(f'#include <stdio.h>\n#include "plan.h"\nint main(void) {{\n  const purlin_plan_entry *e;\n{body}  return purlin_plan_all_reduce_8vr_float32[2].max_bytes == UINT64_MAX ? 0 : 1;\n}}\n')
+    subprocess.run([compilers[0], "-std=c99", "-o", "lookup", "main.c"], cwd=tmp_path, check=True)
+    lines = subprocess.run([str(tmp_path / "lookup")], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert lines == [
+        "8 two-shot 1 0 -1 -",
+        "8 two-shot 1 0 -1 -",
+        "8 two-shot 1 0 -1 -",
+        "65536 ring 2 262144 4 sm",
+        "1048576 direct 4 0 -1 ce",
+        "1048576 direct 4 0 -1 ce",
+    ]
+
+
+def test_header_escapes_strings():
+    odd = make_plan((PlanEntry(8, None, 8, RunConfig.make('we"ird\\', {"channels": 1}), 1.0, 1.0, None, None, 1, "s"),))
+    text = render(odd, "header", "p.json")
+    assert '"we\\042ird\\134"' in text
+
+
+def test_nccl_tuner_rules():
+    text = render(nccl_plan(), "nccl-tuner", "n.json")
+    rules = [line for line in text.splitlines() if not line.startswith("#")]
+    assert rules == [
+        "allreduce,8,65535,ring,ll,4,1,8,-1,-1",
+        "allreduce,65536,18446744073709551615,nvls,simple,16,1,8,-1,-1",
+    ]
+    assert "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff" in text
+
+
+def test_nccl_tuner_refuses_our_own_datapath():
+    with pytest.raises(ExportError) as err:
+        render(make_plan(), "nccl-tuner", "results/cpu/all-reduce-8vr-float32.json")
+    message = str(err.value)
+    assert "cannot export results/cpu/all-reduce-8vr-float32.json as nccl-tuner" in message
+    assert "direct, ring, two-shot" in message and "NCCL cannot express" in message
+
+
+def test_nccl_tuner_refuses_what_nccl_lacks():
+    with pytest.raises(ExportError, match="NCCL's tuner has no rules for all-to-all"):
+        render(nccl_plan("all-to-all"), "nccl-tuner", "n.json")
+    with pytest.raises(ExportError, match="algorithm 'magic' is not one of NCCL's"):
+        render(replace(nccl_plan(), entries=(replace(nccl_plan().entries[0], config=RunConfig.make("nccl", exec_params={"algorithm": "magic", "protocol": "ll"})),)), "nccl-tuner", "n.json")

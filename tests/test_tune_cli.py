@@ -1,0 +1,177 @@
+"""`purlin tune` and `purlin export` from the command line: a tiny tune on
+the numpy backend end to end, resuming by trial count, and bad input as one
+`purlin: error:` line, a non-zero exit, no traceback and no file written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from purlin_bench.cli.main import run
+from purlin_bench.tune.artifact import load_plan_file
+from purlin_bench.tune.storage import open_storage
+from purlin_bench.tune.tuner import count_finished
+
+TINY = """\
+name: tiny
+sizes: [8, 16K]
+dtypes: [float32]
+ranks: [4]
+trials: 4
+space:
+  strategy: [direct, push, two-shot, ring]
+  params:
+    channels: [1, 2]
+    datapath: [sm, ce]
+    blocks: {values: [0, 4], when: {datapath: sm}}
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path) -> Path:
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY)
+    return path
+
+
+def purlin(capsys, *args: str) -> tuple[int, str, str]:
+    code = run([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def assert_one_error_line(code: int, err: str, needle: str) -> None:
+    assert code != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("purlin: error: ") and needle in lines[0], lines[0]
+    assert "Traceback" not in err
+
+
+def test_tune_writes_plans_and_resumes_by_total_trials(capsys, tmp_path, tiny):
+    out = tmp_path / "results"
+    code, stdout, _ = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", out, "--seed", "0")
+    assert code == 0
+    artifact = out / "cpu" / "all-reduce-4vr-float32.json"
+    assert f"wrote {artifact}" in stdout and "CPU reference timings" in stdout
+    plan = load_plan_file(artifact)
+    assert plan.backend == "numpy" and [e.min_bytes for e in plan.entries] == [8, 16384]
+    assert plan.sweep.name == "tiny" and all(e.trials == 4 for e in plan.entries)
+    # Same command, more trials: each study resumes and ends with exactly 6.
+    code, _, _ = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", out, "--seed", "0", "--trials", "6")
+    assert code == 0
+    storage = open_storage(f"sqlite:///{out / 'tune.db'}")
+    names = optuna.get_all_study_names(storage)
+    assert len(names) == 2
+    for name in names:
+        assert count_finished(optuna.load_study(study_name=name, storage=storage).trials) == 6
+    assert all(e.trials == 6 for e in load_plan_file(artifact).entries)
+
+
+def test_export_every_format(capsys, tmp_path, tiny):
+    out = tmp_path / "results"
+    assert purlin(capsys, "tune", "all-gather", "--sweep", tiny, "--backend", "numpy", "--out", out, "--trials", "2", "--sizes", "8")[0] == 0
+    artifact = out / "cpu" / "all-gather-4vr-float32.json"
+    code, stdout, _ = purlin(capsys, "export", artifact, "--format", "json")
+    assert code == 0 and json.loads(stdout) == json.loads(artifact.read_text())
+    target = tmp_path / "plan.h"
+    assert purlin(capsys, "export", artifact, "--format", "header", "-o", target)[0] == 0
+    assert "purlin_plan_all_gather_4vr_float32_lookup" in target.read_text()
+    code, stdout, _ = purlin(capsys, "export", artifact, "--format", "csv")
+    assert code == 0 and len(stdout.strip().splitlines()) == 2
+    code, _, err = purlin(capsys, "export", artifact, "--format", "nccl-tuner", "-o", tmp_path / "nccl.conf")
+    assert_one_error_line(code, err, "NCCL cannot express")
+    assert not (tmp_path / "nccl.conf").exists()
+
+
+def bad_sweep(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "text,needle",
+    [
+        ("sizes: [8\nspace: {strategy: [direct]}\n", "malformed YAML at line"),
+        (TINY.replace("channels:", "warp:"), "space.params.warp: unknown parameter 'warp'"),
+        (TINY.replace("strategy: [direct, push, two-shot, ring]", "strategy: []"), "space.strategy: empty space"),
+        (TINY.replace("channels: [1, 2]", "channels: []"), "space.params.channels: empty space"),
+    ],
+    ids=["malformed", "unknown-parameter", "empty-strategies", "empty-values"],
+)
+def test_bad_sweeps(capsys, tmp_path, text, needle):
+    path = bad_sweep(tmp_path, text)
+    code, _, err = purlin(capsys, "tune", "all-reduce", "--sweep", path, "--backend", "numpy", "--out", tmp_path / "out")
+    assert_one_error_line(code, err, f"{path}: ")
+    assert needle in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["tune", "teleport", "--sweep", "quick"], "unknown collective 'teleport'"),
+        (["tune", "all-reduce", "--sweep", "nope"], "unknown sweep 'nope'"),
+        (["tune", "all-reduce", "--sampler", "cmaes"], "unknown sampler 'cmaes'"),
+        (["tune", "all-reduce", "--trials", "0"], "--trials must be >= 1"),
+        (["tune", "all-reduce", "--dtype", "float8"], "unknown dtype 'float8'"),
+        (["tune", "all-reduce", "--gpus", "0,1"], "--gpus needs the cupy backend"),
+        (["tune", "all-reduce", "--sizes", "8,lots"], "--sizes"),
+        (["tune", "all-reduce", "--max-bytes", "4"], "no size bucket starts at or below --max-bytes 4"),
+        (["tune", "all-reduce", "--storage", "nosuchdb://x/y"], "cannot open study storage nosuchdb://x/y"),
+    ],
+)
+def test_bad_options(capsys, tmp_path, args, needle):
+    code, _, err = purlin(capsys, *args, "--backend", "numpy", "--out", tmp_path / "out")
+    assert_one_error_line(code, err, needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_artifacts_for_export(capsys, tmp_path):
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text('{"schema_version": 1, "kind": ')
+    assert_one_error_line(*_code_err(purlin(capsys, "export", corrupt, "--format", "json")), "corrupt plan: not valid JSON")
+    newer = tmp_path / "newer.json"
+    newer.write_text(json.dumps({"schema_version": 99}))
+    assert_one_error_line(*_code_err(purlin(capsys, "export", newer, "--format", "csv")), "schema version 99 is newer")
+    missing = tmp_path / "missing.json"
+    missing.write_text(json.dumps({"schema_version": 1, "kind": "purlin-plan"}))
+    assert_one_error_line(*_code_err(purlin(capsys, "export", missing, "--format", "csv")), "backend: missing field")
+    assert_one_error_line(*_code_err(purlin(capsys, "export", missing, "--format", "yaml")), "unknown export format 'yaml'")
+
+
+def _code_err(result: tuple[int, str, str]) -> tuple[int, str]:
+    return result[0], result[2]
+
+
+def _subprocess(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "purlin_bench.cli.main", *map(str, args)], capture_output=True, text=True, timeout=60)
+
+
+def test_unreachable_storage_from_a_real_process(tmp_path, tiny):
+    """As a user sees it: a real process, nothing on port 1."""
+    result = _subprocess("tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", tmp_path / "out", "--storage", "postgresql://127.0.0.1:1/x")
+    assert_one_error_line(result.returncode, result.stderr, "cannot open study storage postgresql://127.0.0.1:1/x:")
+    assert result.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_corrupt_artifact_from_a_real_process(tmp_path):
+    corrupt = tmp_path / "plan.json"
+    corrupt.write_text("{not json")
+    result = _subprocess("export", corrupt, "--format", "header", "-o", tmp_path / "plan.h")
+    assert_one_error_line(result.returncode, result.stderr, "corrupt plan")
+    assert not (tmp_path / "plan.h").exists()
+
+
+def test_help_does_not_import_optuna():
+    """Optuna costs about a second to import: only a tune may pay it."""
+    code = "import sys; from purlin_bench.cli.main import run; run(['tune', '--help']); print('optuna imported:', 'optuna' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "--trials" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "optuna imported: False"
