@@ -1,5 +1,22 @@
 """The untuned default: ``--strategy auto`` picks a configuration from the
-spec's dataflow and the message size alone. Tuned plans must beat this."""
+spec's dataflow alone (never its name). Tuned plans must beat this.
+
+The rules come from the first H200 sweep of every strategy over 8 virtual
+ranks (docs/performance.md, "strategy survey"):
+
+* A reduction whose flows each have one consumer, with at least one flow per
+  rank (reduce-scatter), is already spread over the ranks: ``direct``, each
+  consumer pulling its part once (3.2 us small, 78% of the floor at 256 MiB).
+* Other reductions (all-reduce, reduce) take ``two-shot``: every rank reduces
+  one part and writes it to every consumer, each input read once, each output
+  written once (85% of the floor for all-reduce at 256 MiB; direct re-reads
+  every input once per consumer and reaches 23%).
+* A copy whose sources all sit on one rank (broadcast, scatter) is pulled by
+  the consumers, ``direct``, so that every rank's blocks work; with many source
+  ranks (all-gather, gather, all-to-all) each source pushes its chunk to all
+  consumers in one step, ``push`` (2.9 us against direct's 9 us for a small
+  all-gather; 86% of the floor at 256 MiB).
+"""
 
 from __future__ import annotations
 
@@ -8,14 +25,17 @@ from purlin_bench.planner import applicable
 from purlin_bench.spec.instance import Instance
 
 
-def default_config(inst: Instance, backend: str = "cupy") -> RunConfig:
-    """A sensible configuration for ``inst`` without measuring anything.
+def default_strategy(inst: Instance) -> str:
+    usable = {name for name, why in applicable(inst).items() if why is None}
+    if inst.op == "reduce":
+        spread = len(inst.flows) >= inst.ranks and all(len(f.consumer_ranks()) == 1 for f in inst.flows)
+        choice = "direct" if spread or "two-shot" not in usable else "two-shot"
+    else:
+        source_ranks = {p.rank for f in inst.flows for p in f.sources}
+        choice = "direct" if len(source_ranks) <= 1 else "push"
+    return choice if choice in usable else sorted(usable)[0]
 
-    Reductions take two-shot (each input read once, each output written once,
-    no flags inside one launch); copies take push (each source read once and
-    written to all its consumers in one step: on the H200, 2.9 us against
-    direct's 11 us for a small all-gather over 8 virtual ranks, and 86% of the
-    copy floor at 128 MiB; see docs/performance.md)."""
-    usable = [name for name, why in applicable(inst).items() if why is None]
-    strategy = "two-shot" if inst.op == "reduce" and "two-shot" in usable else "push"
-    return RunConfig.make(strategy, {"channels": 1, "slice_bytes": 0})
+
+def default_config(inst: Instance, backend: str = "cupy") -> RunConfig:
+    """A sensible configuration for ``inst`` without measuring anything."""
+    return RunConfig.make(default_strategy(inst), {"channels": 1, "slice_bytes": 0})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from purlin_bench.check import CheckResult, check_program
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import PurlinError
+from purlin_bench.errors import ExecutionError, PurlinError
 from purlin_bench.executors import get_executor, gpu_available
 from purlin_bench.planner import plan
 from purlin_bench.program.model import Program
@@ -41,6 +42,20 @@ def resolve_backend(name: str) -> tuple[str, str | None]:
     return name, None
 
 
+@contextmanager
+def _device_errors_as_purlin():
+    """CUDA's own errors (out of memory, launch failures) become ExecutionError,
+    so a tuner records the configuration as invalid instead of dying."""
+    try:
+        yield
+    except PurlinError:
+        raise
+    except Exception as exc:
+        if type(exc).__module__.startswith("cupy") or type(exc).__module__.startswith("cupy_backends"):
+            raise ExecutionError(f"{type(exc).__name__}: {exc}") from None
+        raise
+
+
 class Session:
     def __init__(self, backend: str = "numpy", ranks: int = 8, gpus: tuple[int, ...] | None = None, seed: int = 0, **executor_options: Any):
         self.backend = backend
@@ -53,6 +68,7 @@ class Session:
         if backend == "cupy" and gpus:
             options["devices"] = tuple(gpus)
         self.executor = get_executor(backend, **options)
+        self._last_runner = None
 
     def describe(self) -> str:
         if self.backend == "numpy":
@@ -67,13 +83,57 @@ class Session:
         return plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
 
     def runner(self, program: Program, config: RunConfig):
-        return self.executor.prepare(program, **dict(config.exec_params)) if config.exec_params else self.executor.prepare(program)
+        """A prepared runner; the last one is kept, since a tuner checks and
+        then times the same configuration (preparing uploads tables)."""
+        key = (program, config.exec_params)
+        if self._last_runner is None or self._last_runner[0] != key:
+            self._last_runner = None  # free the previous runner's device tables first
+            self._last_runner = (key, self.executor.prepare(program, **dict(config.exec_params)))
+        return self._last_runner[1]
+
+    def baseline_time(self, inst: Instance, dtype: str, redop: str | None = None, iters: int = 20, warmup: int = 5, reps: int = 5) -> float | None:
+        """Microseconds per call of the plain CuPy baseline (virtual ranks on
+        one GPU only; None elsewhere)."""
+        if self.backend != "cupy":
+            return None
+        from purlin_bench.bench.gpu_check import expected_outputs
+        from purlin_bench.bench.inputs import exact_inputs
+        from purlin_bench.executors.cupy_timing import time_calls
+        from purlin_bench.heuristics import default_config
+
+        config = default_config(inst, self.backend)
+        program = self.program(inst, config, dtype, redop)
+        runner = self.runner(program, config)
+        if not runner.world.fused:
+            return None
+        baseline, _ = expected_outputs(runner, inst, program, exact_inputs(program.in_counts, resolve_dtype(dtype)[1], program.redop))
+
+        def enqueue(stream, i: int) -> None:
+            with stream:
+                baseline(0)
+
+        return time_calls(enqueue, runner.main_stream(), runner.world.devices[0], iters, warmup, reps, True).median_us
 
     def check(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False, seed: int | None = None) -> CheckResult:
+        with _device_errors_as_purlin():
+            return self._check(inst, config, dtype, redop, inplace, seed)
+
+    def _check(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None, inplace: bool, seed: int | None) -> CheckResult:
         program = self.program(inst, config, dtype, redop, inplace)
-        return check_program(inst, program, self.runner(program, config), seed=self.seed if seed is None else seed)
+        runner = self.runner(program, config)
+        seed = self.seed if seed is None else seed
+        if self.backend == "cupy":
+            # Exact inputs checked on the device: a 1 GiB check stays fast.
+            from purlin_bench.bench.gpu_check import exact_check
+
+            return exact_check(runner, inst, program, seed)
+        return check_program(inst, program, runner, seed=seed)
 
     def time(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False, iters: int = 20, warmup: int = 5, reps: int = 5, graph: bool = True) -> Timing:
+        with _device_errors_as_purlin():
+            return self._time(inst, config, dtype, redop, inplace, iters, warmup, reps, graph)
+
+    def _time(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None, inplace: bool, iters: int, warmup: int, reps: int, graph: bool) -> Timing:
         program = self.program(inst, config, dtype, redop, inplace)
         runner = self.runner(program, config)
         if self.backend != "numpy":

@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env | tests | check | bench | bench-full | tune
+#   scripts/device-run.sh STEP...      STEP: env tests check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -38,14 +38,37 @@ step_bench-wide() {  # every collective and strategy at a few sizes, float32 and
     timeout 200 purlin bench all -b 8 -e 256M -f 32 -d $d --strategy all --json "$OUT/wide-$d.json" 2>&1 | tee "$OUT/wide-$d.log" | grep -E "^#|^[a-z-]+  \(" 
   done
 }
-step_bench-full() {  # the performance page's sweep: all collectives, 8 B .. 1 GiB, float32 and bfloat16
-  for d in float32 bfloat16; do
-    timeout 280 purlin bench all -b 8 -e 1G -f 2 -d $d --json "$OUT/bench-$d.json" --plot "$OUT/bench-$d.png" 2>&1 | tee "$OUT/bench-$d.log" | tail -30
+step_bench-full() {  # the performance page's sweep: all collectives, 16 B .. 1 GiB (pass the dtype)
+  for d in ${DTYPES:-float32 bfloat16}; do
+    timeout ${BENCH_LIMIT:-150} purlin bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --json "$OUT/bench-$d.json" --plot "$OUT/bench-$d.png" 2>&1 \
+      | tee "$OUT/bench-$d.log" | grep -E "^#|^[a-z-]+  \("
   done
 }
-step_tune() {
-  timeout 500 purlin tune all --sweep quick --ranks 8 --dtype float32,bfloat16 --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee "$OUT/tune.log" | tail -40
-  tar czf "$OUT/results.tgz" results
+step_bench-f32() { DTYPES=float32 BENCH_LIMIT=130 step_bench-full; }
+step_bench-bf16() { DTYPES=bfloat16 BENCH_LIMIT=150 step_bench-full; }
+step_tune() {  # the four collectives, quick sweep, each study bounded in time
+  for c in all-reduce all-gather reduce-scatter all-to-all; do
+    timeout 40 purlin tune $c --sweep quick --ranks 8 --dtype float32,bfloat16 --trials 6 --timeout 3 --seed 1 \
+      --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -14
+  done
+}
+step_bench-plan() {  # tuned plans against the untuned default, same run
+  for d in ${DTYPES:-float32}; do
+    for c in all-reduce all-gather reduce-scatter all-to-all; do
+      for how in "--strategy auto" "--plan auto"; do
+        tag=$(echo "$how" | tr -d ' -')
+        timeout 15 purlin bench $c -b 16 -e 256M -f 16 -n 10 -w 2 -G 3 -d $d --no-inplace $how --json "$OUT/cmp-$c-$d-$tag.json" 2>&1 | grep -E "^# (Speed|Avg)" | sed "s/^/$c $d $tag /"
+      done
+    done
+  done
+}
+step_search() {  # tuner against exhaustive search on one bucket (docs/tuning.md)
+  timeout 60 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler bruteforce --trials 200 --out /tmp/exhaustive --storage "sqlite:///$OUT/exhaustive.db" 2>&1 | tail -4
+  timeout 30 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler tpe --trials 20 --seed 3 --out /tmp/tpe --storage "sqlite:///$OUT/tpe.db" 2>&1 | tail -4
+}
+step_pack() {
+  tar czf "$OUT/results.tgz" results "$OUT"/*.db "$OUT"/*.log "$OUT"/cmp-*.json 2>/dev/null
+  rm -f "$OUT"/cmp-*.json "$OUT"/*.db "$OUT"/tune.log "$OUT"/install.log
 }
 for s in "${@:-env tests}"; do
   echo "=== $s"

@@ -44,8 +44,10 @@ class CupyBaseline:
         import cupy
 
         n = x.size
-        cupy.left_shift(x, 16, out=self.bits[:n], casting="unsafe")
-        out[...] = self.bits[:n].view(cupy.float32)
+        bits = self.bits[:n]
+        bits[...] = x  # widen to 32 bits first: a 16-bit shift by 16 would drop every bit
+        cupy.left_shift(bits, 16, out=bits)
+        out[...] = bits.view(cupy.float32)
         return out
 
     def _narrow(self, x, out):

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from purlin_bench.bench.baseline import CupyBaseline, NumpyBaseline
+from purlin_bench.bench.baseline import NumpyBaseline
+from purlin_bench.bench.gpu_check import expected_outputs, run_and_count_wrong
 from purlin_bench.bench.inputs import exact_inputs
 from purlin_bench.bench.roofline import Bandwidth
 from purlin_bench.config import RunConfig
@@ -102,16 +103,13 @@ class GpuMeasurer:
         sets = _sets_for(program)
         runner = self.executor.prepare(program, sets=sets, **dict(config.exec_params))
         inputs = exact_inputs(program.in_counts, np_dtype, program.redop)
-        for slot in range(sets):
+        baseline, expected = expected_outputs(runner, inst, program, inputs)
+        if "cupy" not in o.baselines:
+            baseline = None
+        nwrong = run_and_count_wrong(runner, expected) if o.check else 0
+        for slot in range(1, sets):
             runner.write_inputs(inputs, slot)
         device = runner.world.devices[0]
-        baseline = None
-        if "cupy" in o.baselines and runner.world.fused:
-            baseline = CupyBaseline(inst, lambda slot, rank: runner.array(rank, "in", slot), runner.storage, dtype, program.redop, device)
-        expected = None
-        if o.check:
-            expected = self._expected(inst, program, inputs, baseline, device)
-        nwrong = self._run_and_count(runner, expected) if o.check else 0
         oop = runner.time(o.iters, o.warmup, o.reps, o.graph)
         baselines = {}
         if baseline is not None:
@@ -131,41 +129,11 @@ class GpuMeasurer:
             ip_wrong = 0
             if o.check:
                 ip_runner.write_inputs(inputs)
-                ip_wrong = self._run_and_count(ip_runner, expected)
+                ip_wrong = run_and_count_wrong(ip_runner, expected)
             ip_time = ip_runner.time(o.iters, o.warmup, o.reps, o.graph)
             in_place = _side(inst, size, ip_time.median_us, ip_wrong)
         floor = self.bandwidth.floor_us(inst, size) if self.bandwidth else None
         return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", inst.root, config.text(), config.to_dict(), _side(inst, size, oop.median_us, nwrong), in_place, baselines, floor)
-
-    def _expected(self, inst, program, inputs, baseline, device):
-        """Expected outputs on the device: the baseline's (exact on these inputs),
-        or the NumPy reference uploaded when there is no baseline to run."""
-        import cupy
-
-        with cupy.cuda.Device(device):
-            if baseline is not None:
-                baseline(0)
-                cupy.cuda.Device(device).synchronize()
-                return baseline.outputs
-            storage = np.dtype(np.uint16) if program.dtype == "bfloat16" else resolve_dtype(program.dtype)[1]
-            return [cupy.asarray(x.view(storage)) for x in inst.reference(inputs, program.redop)]
-
-    @staticmethod
-    def _run_and_count(runner, expected) -> int:
-        import cupy
-
-        runner.poison()
-        stream = runner.main_stream()
-        runner.launch(stream)
-        runner.synchronize(stream)
-        runner.check_status()
-        wrong = 0
-        width = {1: cupy.uint8, 2: cupy.uint16, 4: cupy.uint32, 8: cupy.uint64}[runner.itemsize]
-        for rank, want in enumerate(expected):
-            with cupy.cuda.Device(runner.world.devices[rank]):
-                got = runner.array(rank, "out").view(width)
-                wrong += int(cupy.count_nonzero(got != cupy.asarray(want).view(width)))
-        return wrong
 
 
 class NumpyMeasurer:

@@ -87,6 +87,7 @@ def bench(
     env = environment(backend_name, tuple(devices) if devices else (0,))
     timing = ("CUDA graphs" if options.graph else "eager launches") if backend_name == "cupy" else "CPU wall clock"
     common.console.print(f"# purlin bench on {where}; {timing}, {iters} calls per batch, median of {options.reps}", highlight=False)
+    command = "purlin bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root)) for spec in specs]
     total = sum(len(items) for _, items in plan_text)
     records, failed = [], False
@@ -101,12 +102,11 @@ def bench(
                 progress.advance(task)
             records.extend(spec_records)
             common.console.print(table(spec_records, f"{spec.name}  ({n_ranks} ranks, {dtype}{', root ' + str(root) if spec.rooted else ''})"))
+            if json_out:  # rewritten (atomically) after every collective: an interrupted sweep keeps what it measured
+                write_json(json_out, records, env, command)
     for line in summary(records):
         common.console.print(line, highlight=False)
     failed = any(r.out_of_place.nwrong or (r.in_place and r.in_place.nwrong) for r in records)
-    command = "purlin bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
-    if json_out:
-        write_json(json_out, records, env, command)
     if csv_out:
         write_csv(csv_out, records)
     if plot_out:

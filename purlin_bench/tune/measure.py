@@ -20,6 +20,9 @@ from purlin_bench.tune.sweep import Bucket
 
 # The numpy reference's times only exercise the path; a few repetitions do.
 _NUMPY_TIMING = {"iters": 3, "warmup": 1, "reps": 3}
+# On the GPU: 10 calls per CUDA graph, median of 3 replays. Enough to rank
+# configurations; the bench re-measures the winners with its own settings.
+_GPU_TIMING = {"iters": 10, "warmup": 2, "reps": 3}
 
 
 class SessionBench:
@@ -51,14 +54,14 @@ class SessionBench:
         return self.session.check(self.instance(bucket), config, self.dtype)
 
     def measure(self, config: RunConfig, bucket: Bucket) -> float:
-        options: dict[str, Any] = _NUMPY_TIMING if self.session.backend == "numpy" else {}
+        options: dict[str, Any] = _NUMPY_TIMING if self.session.backend == "numpy" else _GPU_TIMING
         return self.session.time(self.instance(bucket), config, self.dtype, **options).median_us
 
     def baseline(self, bucket: Bucket) -> float | None:
         """The baseline's time (what a user would write instead), when the
-        backend has one. The numpy reference has none; on the GPU this is
-        where the bench's CuPy baseline timing plugs in."""
-        return None
+        backend has one: the bench's CuPy baseline on virtual ranks; the numpy
+        reference has none."""
+        return self.session.baseline_time(self.instance(bucket), self.dtype, **_GPU_TIMING)
 
     def busbw_gbps(self, bucket: Bucket, time_us: float) -> float:
         """nccl-tests' bus bandwidth: S / time, times the collective's factor."""
