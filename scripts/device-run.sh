@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env tests check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search pack
+#   scripts/device-run.sh STEP...      STEP: env tests check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -65,6 +65,12 @@ step_bench-plan() {  # tuned plans against the untuned default, same run
 step_search() {  # tuner against exhaustive search on one bucket (docs/tuning.md)
   timeout 60 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler bruteforce --trials 200 --out /tmp/exhaustive --storage "sqlite:///$OUT/exhaustive.db" 2>&1 | tail -4
   timeout 30 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler tpe --trials 20 --seed 3 --out /tmp/tpe --storage "sqlite:///$OUT/tpe.db" 2>&1 | tail -4
+}
+step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench against NCCL, tune, bench the plans
+  timeout 240 purlin check all --backend cupy --gpus all --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/mgpu-check.log" | tail -5
+  timeout 300 purlin bench all --gpus all -b 8 -e 1G -f 2 --baseline nccl -c 1 --json "$OUT/mgpu-bench.json" --plot "$OUT/mgpu-bench.png" 2>&1 | tee "$OUT/mgpu-bench.log" | grep -E "^#"
+  timeout 600 purlin tune all --gpus all --sweep quick --out results --storage "sqlite:///$OUT/mgpu-tune.db" 2>&1 | tail -20
+  timeout 300 purlin bench all --gpus all -b 8 -e 1G -f 4 --baseline nccl --plan auto --json "$OUT/mgpu-plan.json" 2>&1 | grep -E "^#"
 }
 step_pack() {
   tar czf "$OUT/results.tgz" results "$OUT"/*.db "$OUT"/*.log "$OUT"/cmp-*.json 2>/dev/null

@@ -16,6 +16,7 @@ import numpy as np
 from purlin_bench.bench.baseline import NumpyBaseline
 from purlin_bench.bench.gpu_check import expected_outputs, run_and_count_wrong
 from purlin_bench.bench.inputs import exact_inputs
+from purlin_bench.bench.nccl_baseline import NCCL_COLLECTIVES, NcclBaseline
 from purlin_bench.bench.roofline import Bandwidth
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import count_wrong, resolve_dtype
@@ -122,6 +123,9 @@ class GpuMeasurer:
                     baseline(i % sets)
 
             baselines["cupy"] = time_calls(enqueue, stream, device, o.iters, o.warmup, o.reps, o.graph).median_us
+        if "nccl" in o.baselines and not runner.world.fused and inst.spec.name in NCCL_COLLECTIVES:
+            nccl = NcclBaseline(inst, runner, dtype, program.redop)
+            baselines["nccl"] = time_calls(lambda target, i: nccl(target, i % sets), runner.main_stream(), device, o.iters, o.warmup, o.reps, o.graph).median_us
         in_place = None
         if o.inplace and _inplace_defined(inst):
             ip_program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace=True)

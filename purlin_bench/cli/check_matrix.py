@@ -197,14 +197,15 @@ def _inplace_refusal(inst: Instance) -> str | None:
 class Runner:
     """Runs jobs on one backend, one Session per rank count."""
 
-    def __init__(self, backend: str, seed: int):
+    def __init__(self, backend: str, seed: int, gpus: tuple[int, ...] | None = None):
         self.backend = backend
         self.seed = seed
+        self.gpus = gpus  # one rank per GPU; rank counts then equal len(gpus)
         self.sessions: dict[int, Session] = {}
 
     def session(self, ranks: int) -> Session:
         if ranks not in self.sessions:
-            self.sessions[ranks] = Session(self.backend, ranks=ranks, seed=self.seed)
+            self.sessions[ranks] = Session(self.backend, ranks=ranks, gpus=self.gpus, seed=self.seed)
         return self.sessions[ranks]
 
     def run(self, job: Job) -> Outcome:

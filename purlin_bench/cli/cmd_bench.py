@@ -42,7 +42,7 @@ def bench(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="one rank per GPU: '0,1,2,3' or 'all'"),
     strategy: str = typer.Option("auto", "--strategy", help="a strategy, 'auto' (untuned default) or 'all'"),
     plan: Optional[str] = typer.Option(None, "--plan", help="a tuned plan file, or 'auto' to find one for this GPU"),
-    baseline: str = typer.Option("cupy", "--baseline", help="comma list: cupy (one GPU), nccl (several GPUs), none"),
+    baseline: str = typer.Option("auto", "--baseline", help="comma list: cupy (virtual ranks), nccl (--gpus), none; auto picks by layout"),
     inplace: bool = typer.Option(True, "--inplace/--no-inplace", help="also measure in place"),
     backend: str = typer.Option("auto", "--backend", help="auto|cupy|numpy"),
     channels: Optional[int] = typer.Option(None, "--channels", help="override: channels per rank"),
@@ -59,16 +59,17 @@ def bench(
     if op not in REDOPS:
         raise PurlinError(f"unknown reduction '{op}' (known: {', '.join(REDOPS)})")
     backend_name, why = resolve_backend(backend)
-    if why:
-        common.note(f"{why}. Times below are CPU times of the reference executor, not GPU times.")
-    devices = _devices(gpus, backend_name)
+    devices = common.gpu_devices(gpus, backend_name)
     n_ranks = len(devices) if devices else ranks
     if n_ranks < 1:
         raise PurlinError(f"--ranks must be at least 1, got {n_ranks}")
     sizes = sweep(common.parse_bytes(minbytes, "--minbytes"), common.parse_bytes(maxbytes or ("256M" if backend_name == "cupy" else _NUMPY_DEFAULT_MAX), "--maxbytes"), stepfactor)
     if iters < 1 or warmup < 0 or cudagraph < 0:
         raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
-    baselines = tuple(b for b in common.name_list(baseline) if b != "none")
+    names = common.name_list(baseline)
+    if names == ["auto"]:
+        names = ["nccl"] if devices else ["cupy"]
+    baselines = tuple(b for b in names if b != "none")
     for b in baselines:
         if b not in ("cupy", "nccl"):
             raise PurlinError(f"unknown baseline '{b}' (known: cupy, nccl, none)")
@@ -84,6 +85,8 @@ def bench(
     else:
         measurer = NumpyMeasurer(get_executor("numpy"), options)
         where = f"numpy CPU reference, {n_ranks} simulated ranks"
+    if why:  # only now: bad input above gets its one error line and nothing else
+        common.note(f"{why}. Times below are CPU times of the reference executor, not GPU times.")
     env = environment(backend_name, tuple(devices) if devices else (0,))
     timing = ("CUDA graphs" if options.graph else "eager launches") if backend_name == "cupy" else "CPU wall clock"
     common.console.print(f"# purlin bench on {where}; {timing}, {iters} calls per batch, median of {options.reps}", highlight=False)
@@ -116,18 +119,6 @@ def bench(
         plot_rows([json_row(r) for r in records], plot_out, f"{', '.join(s.name for s in specs)} on {where}")
     if failed:
         raise PurlinError("some outputs were wrong (see #wrong)")
-
-
-def _devices(gpus: str | None, backend: str) -> list[int] | None:
-    if gpus is None:
-        return None
-    if backend != "cupy":
-        raise PurlinError("--gpus needs the cupy backend and a GPU")
-    if gpus == "all":
-        import cupy
-
-        return list(range(cupy.cuda.runtime.getDeviceCount()))
-    return common.int_list(gpus, "--gpus")
 
 
 def _choice(strategy, plan, channels, slice_bytes, blocks, threads, datapath, backend, ranks, dtype) -> Choice:

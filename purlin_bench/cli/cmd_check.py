@@ -13,7 +13,7 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from purlin_bench.cli import check_matrix as m
-from purlin_bench.cli.common import console, err_console, int_list, note
+from purlin_bench.cli.common import console, err_console, gpu_list, int_list, note
 from purlin_bench.cli.targets import many_specs
 from purlin_bench.errors import PurlinError
 from purlin_bench.session import resolve_backend
@@ -121,13 +121,15 @@ def check(
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs and of the CPU executor's interleaving."),
     failed_only: bool = typer.Option(False, "--failed-only", help="List only failed combinations in the table (the summary counts all)."),
     as_json: bool = typer.Option(False, "--json", help="Print results and summary as JSON to stdout."),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="One rank per GPU: '0,1,2,3' or 'all' (cupy); replaces --ranks."),
 ) -> None:
     """Check collectives against their reference semantics, for every
     combination of rank count, root, count, dtype, reduction, strategy and
     in-place asked for. Strategies that do not apply are n/a, not failures."""
+    devices = gpu_list(gpus)
     request = m.Request(
         targets=tuple(many_specs(collective, spec_files or [])),
-        ranks=tuple(int_list(ranks, "--ranks", minimum=1)),
+        ranks=(len(devices),) if devices else tuple(int_list(ranks, "--ranks", minimum=1)),
         strategies=m.parse_strategies(strategy),
         dtypes=m.parse_dtypes(dtype),
         counts=tuple(int_list(count, "--count", minimum=0)),
@@ -136,6 +138,8 @@ def check(
         inplace=_inplace_modes(inplace, inplace_mode),
     )
     chosen, why = resolve_backend(backend)
+    if devices and chosen != "cupy":
+        raise PurlinError("--gpus needs the cupy backend and a GPU")
     items = list(m.expand(request))
     if not any(isinstance(item, m.Job) for item in items):
         first = next((o.note for o in items if isinstance(o, m.Outcome) and o.note), "")
@@ -143,7 +147,7 @@ def check(
     if why:
         note(why)
     start = time.perf_counter()
-    outcomes = _run_all(items, m.Runner(chosen, seed), show_progress=not as_json and err_console.is_terminal)
+    outcomes = _run_all(items, m.Runner(chosen, seed, devices), show_progress=not as_json and err_console.is_terminal)
     totals = summary(outcomes, time.perf_counter() - start, chosen)
     if as_json:
         print(json.dumps({"results": [o.to_dict() for o in outcomes], "summary": totals}, indent=2))

@@ -69,7 +69,7 @@ def tune(
     backend_name, why = resolve_backend(backend)
     if why:
         notes.append(f"{why}; plans will be marked as CPU reference timings")
-    devices = _devices(gpus, backend_name)
+    devices = common.gpu_devices(gpus, backend_name)
     if sizes:
         chosen = chosen.with_sizes([common.parse_bytes(s, "--sizes") for s in common.name_list(sizes)])
     cap = max_bytes or (_NUMPY_DEFAULT_MAX if backend_name == "numpy" else None)
@@ -173,18 +173,6 @@ def _winners(results, backend: str) -> Table:
 
 def _maybe(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
-
-
-def _devices(gpus: str | None, backend: str) -> list[int] | None:
-    if gpus is None:
-        return None
-    if backend != "cupy":
-        raise PurlinError("--gpus needs the cupy backend and a GPU")
-    if gpus == "all":
-        import cupy
-
-        return list(range(cupy.cuda.runtime.getDeviceCount()))
-    return common.int_list(gpus, "--gpus")
 
 
 def register(app: typer.Typer) -> None:
