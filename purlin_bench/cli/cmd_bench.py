@@ -93,7 +93,7 @@ def bench(
     command = "purlin bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root)) for spec in specs]
     total = sum(len(items) for _, items in plan_text)
-    records, failed = [], False
+    records = []
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=common.err_console, transient=True) as progress:
         task = progress.add_task("bench", total=total)
         for spec, items in plan_text:

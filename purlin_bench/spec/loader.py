@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from purlin_bench.yamlfile import read_yaml
 
 from purlin_bench.errors import SpecError
 from purlin_bench.resources import data_dir
@@ -272,17 +272,7 @@ def _trial_instantiate(spec: CollectiveSpec) -> None:
 
 def load_spec_file(path: str | Path) -> CollectiveSpec:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{path}: malformed YAML{at}: {problem}") from None
+    raw = read_yaml(path, SpecError)
     return parse_spec(raw, str(path))
 
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
+from purlin_bench.yamlfile import read_yaml
 
 from purlin_bench.config import ExecParam
 from purlin_bench.dtypes import resolve_dtype
@@ -173,17 +173,7 @@ def resolve_sweep(name_or_path: str) -> Sweep:
 
 def load_sweep_file(path: str | Path) -> Sweep:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SweepError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SweepError(f"{path}: malformed YAML{at}: {problem}") from None
+    raw = read_yaml(path, SweepError)
     return parse_sweep(raw, str(path), default_name=path.stem)
 
 
