@@ -20,7 +20,6 @@ from purlin_bench.bench.nccl_baseline import NCCL_COLLECTIVES, NcclBaseline
 from purlin_bench.bench.roofline import Bandwidth
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import count_wrong, resolve_dtype
-from purlin_bench.errors import SpecError
 from purlin_bench.planner import plan
 from purlin_bench.spec.instance import Instance
 
@@ -127,7 +126,7 @@ class GpuMeasurer:
             nccl = NcclBaseline(inst, runner, dtype, program.redop)
             baselines["nccl"] = time_calls(lambda target, i: nccl(target, i % sets), runner.main_stream(), device, o.iters, o.warmup, o.reps, o.graph).median_us
         in_place = None
-        if o.inplace and _inplace_defined(inst):
+        if o.inplace and inst.inplace_refusal() is None:
             ip_program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace=True)
             ip_runner = self.executor.prepare(ip_program, sets=1, **dict(config.exec_params))
             ip_wrong = 0
@@ -174,14 +173,6 @@ class NumpyMeasurer:
             return _side(inst, size, self._time(lambda: runner.run(inputs)), wrong)
 
         oop = side(program)
-        in_place = side(plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace=True)) if o.inplace and _inplace_defined(inst) else None
+        in_place = side(plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace=True)) if o.inplace and inst.inplace_refusal() is None else None
         baselines = {"numpy": self._time(lambda: reference.run(inputs))} if "numpy" in o.baselines else {}
         return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", inst.root, config.text(), config.to_dict(), oop, in_place, baselines, None)
-
-
-def _inplace_defined(inst: Instance) -> bool:
-    try:
-        inst.inplace_offsets()
-        return True
-    except SpecError:
-        return False

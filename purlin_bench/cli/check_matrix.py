@@ -18,7 +18,7 @@ from purlin_bench.check import check_program
 from purlin_bench.cli.targets import Target
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import DTYPES, REDOPS, resolve_dtype
-from purlin_bench.errors import PurlinError, SpecError
+from purlin_bench.errors import PurlinError
 from purlin_bench.planner import applicable
 from purlin_bench.session import Session
 from purlin_bench.spec.instance import Instance, instantiate
@@ -168,7 +168,7 @@ def _expand_instance(request: Request, target: Target, ranks: int, root: int | N
 
 def _expand_strategies(request: Request, target: Target, inst: Instance, base: Combo) -> Iterator[Job | Outcome]:
     verdicts = applicable(inst)
-    inplace_why = _inplace_refusal(inst) if any(request.inplace) else None
+    inplace_why = inst.inplace_refusal() if any(request.inplace) else None
     for strategy in request.strategies or tuple(verdicts):
         why = verdicts[strategy]
         if why and request.strategies is not None and target.explicit:
@@ -181,14 +181,6 @@ def _expand_strategies(request: Request, target: Target, inst: Instance, base: C
                 yield Outcome(combo, NA, note=inplace_why)
             else:
                 yield Job(combo, inst)
-
-
-def _inplace_refusal(inst: Instance) -> str | None:
-    try:
-        inst.inplace_offsets()
-    except SpecError as exc:
-        return str(exc)
-    return None
 
 
 # -- running it --------------------------------------------------------------

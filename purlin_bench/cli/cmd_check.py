@@ -13,7 +13,7 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from purlin_bench.cli import check_matrix as m
-from purlin_bench.cli.common import console, err_console, gpu_list, int_list, note
+from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, note
 from purlin_bench.cli.targets import many_specs
 from purlin_bench.errors import PurlinError
 from purlin_bench.session import resolve_backend
@@ -126,7 +126,8 @@ def check(
     """Check collectives against their reference semantics, for every
     combination of rank count, root, count, dtype, reduction, strategy and
     in-place asked for. Strategies that do not apply are n/a, not failures."""
-    devices = gpu_list(gpus)
+    chosen, why = resolve_backend(backend)
+    devices = gpu_devices(gpus, chosen)
     request = m.Request(
         targets=tuple(many_specs(collective, spec_files or [])),
         ranks=(len(devices),) if devices else tuple(int_list(ranks, "--ranks", minimum=1)),
@@ -137,9 +138,6 @@ def check(
         redops=m.parse_redops(op),
         inplace=_inplace_modes(inplace, inplace_mode),
     )
-    chosen, why = resolve_backend(backend)
-    if devices and chosen != "cupy":
-        raise PurlinError("--gpus needs the cupy backend and a GPU")
     items = list(m.expand(request))
     if not any(isinstance(item, m.Job) for item in items):
         first = next((o.note for o in items if isinstance(o, m.Outcome) and o.note), "")

@@ -20,7 +20,7 @@ from purlin_bench.config import ExecParam
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import ExecutionError, WatchdogTimeout
 from purlin_bench.executors.atoms import snac_kernel
-from purlin_bench.executors.cupy_lower import Lowered, lower
+from purlin_bench.executors.cupy_lower import Lowered, buffer_index, lower
 from purlin_bench.executors.cupy_timing import time_calls
 from purlin_bench.executors.cupy_world import World
 from purlin_bench.program.model import FlagRef, Program, Ref
@@ -164,12 +164,16 @@ class CupyRunner:
         return {"host": table, **out}
 
     # -- buffers ---------------------------------------------------------------
+    def _address(self, ref: Ref, slot: int) -> int:
+        """Device address of a slice in buffer set ``slot`` (the same table the kernel reads)."""
+        return int(self.bases[slot]["host"][buffer_index(ref)]) + ref.offset * self.itemsize
+
     def array(self, rank: int, buf: str, slot: int = 0):
         """A typed device view of one rank's buffer in buffer set ``slot``."""
         import cupy
 
         n = self.program.buffer_count(rank, buf)
-        ptr = int(self.bases[slot]["host"][rank * 3 + ("in", "out", "scratch").index(buf)])
+        ptr = self._address(Ref(rank, buf, 0, 0), slot)
         mem = cupy.cuda.UnownedMemory(ptr, max(1, n * self.itemsize), self, self.world.devices[rank])
         return cupy.ndarray((n,), dtype=self.storage, memptr=cupy.cuda.MemoryPointer(mem, 0))
 
@@ -232,8 +236,7 @@ class CupyRunner:
             for copy in launch.lowered.ce_copies:
                 side = self._side_stream(copy.rank)
                 side.wait_event(start)
-                src = int(table["host"][copy.src.rank * 3 + ("in", "out", "scratch").index(copy.src.buf)]) + copy.src.offset * self.itemsize
-                dst = int(table["host"][copy.dst.rank * 3 + ("in", "out", "scratch").index(copy.dst.buf)]) + copy.dst.offset * self.itemsize
+                src, dst = self._address(copy.src, slot), self._address(copy.dst, slot)
                 with cupy.cuda.Device(self.world.devices[copy.rank]):
                     cupy.cuda.runtime.memcpyAsync(dst, src, copy.src.count * self.itemsize, cupy.cuda.runtime.memcpyDefault, side.ptr)
         for side in self.ce_streams.values():
@@ -298,13 +301,14 @@ class CupyRunner:
                 launch.status.fill(0)
         with cupy.cuda.Device(self.world.devices[0]):
             self.abort.fill(0)
-        for d in set(self.world.devices):
-            cupy.cuda.Device(d).synchronize()
+        self.synchronize()
 
-    def synchronize(self, stream) -> None:
+    def synchronize(self, stream=None) -> None:
+        """Wait for ``stream`` (if given), then for every device of the world."""
         import cupy
 
-        stream.synchronize()
+        if stream is not None:
+            stream.synchronize()
         for d in set(self.world.devices):
             cupy.cuda.Device(d).synchronize()
 
@@ -327,17 +331,10 @@ class CupyRunner:
             self.launch(target, i % self.sets)
 
         def settle() -> None:
-            for d in set(self.world.devices):
-                cupy_device_sync(d)
+            self.synchronize()
             self.check_status()
 
         return time_calls(enqueue, stream, self.world.devices[0], iters, warmup, reps, graph, after=settle)
-
-
-def cupy_device_sync(device: int) -> None:
-    import cupy
-
-    cupy.cuda.Device(device).synchronize()
 
 
 class CupyExecutor:

@@ -122,6 +122,14 @@ class Instance:
             offsets.append(large[at][1].offset)
         return tuple(offsets)
 
+    def inplace_refusal(self) -> str | None:
+        """Why this collective cannot run in place, or None if it can."""
+        try:
+            self.inplace_offsets()
+        except SpecError as exc:
+            return str(exc)
+        return None
+
     def bench_size_elements(self) -> int:
         return self.spec.bench.size_elements.int({"count": self.count, "R": self.ranks})
 
