@@ -50,6 +50,7 @@ def bench(
     blocks: Optional[int] = typer.Option(None, "--blocks", help="override: thread blocks per channel (cupy)"),
     threads: Optional[int] = typer.Option(None, "--threads", help="override: threads per block (cupy)"),
     datapath: Optional[str] = typer.Option(None, "--datapath", help="override: sm|ce (cupy)"),
+    unroll: Optional[int] = typer.Option(None, "--unroll", help="override: 16-byte vectors per source a thread has in flight, 1|2|4 (cupy)"),
     json_out: Optional[str] = typer.Option(None, "--json", help="write results (nccl-tests -J rows plus ours) here"),
     csv_out: Optional[str] = typer.Option(None, "--csv", help="write one CSV row per size here"),
     plot_out: Optional[str] = typer.Option(None, "--plot", help="write a bandwidth/latency plot (PNG) here"),
@@ -74,7 +75,7 @@ def bench(
         if b not in ("cupy", "nccl"):
             raise PurlinError(f"unknown baseline '{b}' (known: cupy, nccl, none)")
     specs = load_all_builtin() if collective == "all" else [resolve(collective)]
-    choice = _choice(strategy, plan, channels, slice_bytes, blocks, threads, datapath, backend_name, n_ranks, dtype)
+    choice = _choice(strategy, plan, channels, slice_bytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_name, n_ranks, dtype)
     options = BenchOptions(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0, check=bool(check), inplace=inplace, baselines=baselines if backend_name == "cupy" else ("numpy",))
     if backend_name == "cupy":
         from purlin_bench.bench.roofline import measure_copy_bandwidth
@@ -121,11 +122,11 @@ def bench(
         raise PurlinError("some outputs were wrong (see #wrong)")
 
 
-def _choice(strategy, plan, channels, slice_bytes, blocks, threads, datapath, backend, ranks, dtype) -> Choice:
+def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, ranks, dtype) -> Choice:
     plan_overrides = {k: v for k, v in (("channels", channels), ("slice_bytes", slice_bytes)) if v is not None}
-    exec_overrides = {k: v for k, v in (("blocks", blocks), ("threads", threads), ("datapath", datapath)) if v is not None}
+    exec_overrides = {k: v for k, v in exec_options.items() if v is not None}
     if exec_overrides and backend != "cupy":
-        raise PurlinError("--blocks/--threads/--datapath apply to the cupy backend only")
+        raise PurlinError("--blocks/--threads/--datapath/--unroll apply to the cupy backend only")
     if plan is None:
         return Choice(strategy, plan_overrides, exec_overrides)
     from purlin_bench.plans import plan_lookup
