@@ -17,7 +17,7 @@ class PlanError(PurlinError):
 
 
 class StrategyNotApplicable(PlanError):
-    """A strategy does not apply to a spec (e.g. two-shot on a copy collective)."""
+    """A strategy does not apply to a spec (its ``refuse`` says why)."""
 
 
 class ExecutionError(PurlinError):

@@ -11,11 +11,14 @@ ranks (docs/performance.md, "strategy survey"):
   one part and writes it to every consumer, each input read once, each output
   written once (85% of the floor for all-reduce at 256 MiB; direct re-reads
   every input once per consumer and reaches 23%).
-* A copy whose sources all sit on one rank (broadcast, scatter) is pulled by
-  the consumers, ``direct``, so that every rank's blocks work; with many source
-  ranks (all-gather, gather, all-to-all) each source pushes its chunk to all
-  consumers in one step, ``push`` (2.9 us against direct's 9 us for a small
-  all-gather; 86% of the floor at 256 MiB).
+* A copy whose sources all sit on one rank is pulled by the consumers,
+  ``direct``, so that every rank's blocks work (scatter: each consumer pulls
+  its own chunk). If its flows fan out (broadcast), ``direct`` would read the
+  source once per consumer (63% of the floor); ``two-shot`` splits the source
+  over the ranks, each reading its part once and writing it to every consumer.
+  With many source ranks (all-gather, gather, all-to-all) each source pushes
+  its chunk to all consumers in one step, ``push`` (2.9 us against direct's
+  9 us for a small all-gather; 86% of the floor at 256 MiB).
 """
 
 from __future__ import annotations
@@ -32,7 +35,11 @@ def default_strategy(inst: Instance) -> str:
         choice = "direct" if spread or "two-shot" not in usable else "two-shot"
     else:
         source_ranks = {p.rank for f in inst.flows for p in f.sources}
-        choice = "direct" if len(source_ranks) <= 1 else "push"
+        fans_out = any(len(f.consumer_ranks()) > 1 for f in inst.flows)
+        if len(source_ranks) > 1:
+            choice = "push"
+        else:
+            choice = "two-shot" if fans_out else "direct"
     return choice if choice in usable else sorted(usable)[0]
 
 

@@ -86,7 +86,7 @@ def test_large_counts(executor):
 def test_datapath_parameters(executor, exec_params):
     for name in ("all-reduce", "all-gather", "all-to-all", "broadcast"):
         spec = load_builtin(name)
-        for strategy in ("direct", "push", "ring"):
+        for strategy in ("direct", "push", "two-shot", "ring"):
             _check(executor, spec, 8, 12345, "float32", strategy, params={"channels": 2}, exec_params=exec_params)
 
 

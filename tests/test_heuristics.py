@@ -15,7 +15,7 @@ EXPECTED_AT_8 = {
     "all-gather": "push",
     "gather": "push",
     "all-to-all": "push",
-    "broadcast": "direct",
+    "broadcast": "two-shot",
     "scatter": "direct",
 }
 

@@ -30,8 +30,7 @@ def _inplace_modes(inst) -> tuple[bool, ...]:
     return (False, True)
 
 
-# two-shot is for reductions only (its refusal is tested in test_planner).
-PAIRS = [(spec, strategy) for spec in SPECS for strategy in STRATEGIES if spec.op == "reduce" or strategy != "two-shot"]
+PAIRS = [(spec, strategy) for spec in SPECS for strategy in STRATEGIES]
 
 
 @pytest.mark.parametrize("ranks", RANKS)

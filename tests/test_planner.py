@@ -208,16 +208,34 @@ def test_a_renamed_spec_gets_the_same_programs(name):
 # -- refusals and parameters --------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["all-gather", "broadcast", "all-to-all", "gather", "scatter"])
-def test_two_shot_refuses_copy_collectives(name):
+def test_two_shot_broadcast_reads_the_root_once_and_spreads_the_work():
+    count = 8192
+    inst, p = _program("broadcast", "two-shot", root=3, count=count)
+    data = [(r, step) for r in range(8) for step in p.lists[r][0] if isinstance(step, Consume) and step.op != "wait"]
+    # every rank copies one eighth of the root's input into all eight outputs
+    assert sorted(r for r, _ in data) == list(range(8))
+    assert all(step.op == "copy" and len(step.srcs) == 1 and step.srcs[0].rank == 3 for _, step in data)
+    assert all(sorted(d.rank for d in step.dsts) == list(range(8)) for _, step in data)
+    assert sum(step.srcs[0].count for _, step in data) == count
+    assert {step.srcs[0].count for _, step in data} == {count // 8}
+
+
+def test_a_refusing_strategy_is_not_applicable(monkeypatch):
+    from purlin_bench.strategies import base, direct
+
+    picky = base.Strategy("picky", "direct, but only for even rank counts", direct.emit, lambda inst: "picky needs an even rank count" if inst.ranks % 2 else None)
+    monkeypatch.setitem(STRATEGIES, "picky", picky)
+    odd = instantiate(load_builtin("all-gather"), 3, 16, 4)
+    assert applicable(odd)["picky"] == "picky needs an even rank count"
+    with pytest.raises(StrategyNotApplicable, match="picky needs an even rank count"):
+        plan(odd, "picky", "float32")
+    even = instantiate(load_builtin("all-gather"), 4, 16, 4)
+    assert plan(even, "picky", "float32").strategy == "picky"
+
+
+@pytest.mark.parametrize("name", ["reduce-scatter", "all-gather", "broadcast", "all-to-all"])
+def test_every_strategy_applies_to_every_builtin(name):
     inst = instantiate(load_builtin(name), 4, 16, 4)
-    assert applicable(inst)["two-shot"] == f"two-shot applies to reductions; {name} is a copy"
-    with pytest.raises(StrategyNotApplicable, match=f"two-shot applies to reductions; {name} is a copy"):
-        plan(inst, "two-shot", "float32")
-
-
-def test_every_strategy_applies_to_reductions():
-    inst = instantiate(load_builtin("reduce-scatter"), 4, 16, 4)
     assert applicable(inst) == {name: None for name in STRATEGIES}
 
 

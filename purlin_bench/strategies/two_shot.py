@@ -1,19 +1,17 @@
-"""two-shot: for reductions. Each flow is split into one part per rank taking
-part; the part's owner pulls it from every source, reduces it, and writes the
-result straight into every consumer's output (reduce-scatter and all-gather
-fused into one pass: each input element read once, each output written once)."""
+"""two-shot: each flow is split into one part per rank taking part; the
+part's owner pulls it from every source, reduces it (or, for a copy, just
+reads it), and writes the result straight into every consumer's output.
+
+For a reduction this is reduce-scatter and all-gather fused into one pass; for
+a copy with one source and many consumers (broadcast) it is scatter and
+all-gather fused: the source is read once in all, each output written once,
+and every rank's thread blocks share the work instead of only the source's
+(``push``) or every consumer re-reading the whole source (``direct``)."""
 
 from __future__ import annotations
 
 from purlin_bench.program.model import Consume
-from purlin_bench.spec.instance import Instance
-from purlin_bench.strategies.base import Builder, Strategy, in_ref, out_ref, slices, split_even
-
-
-def refuse(inst: Instance) -> str | None:
-    if inst.op != "reduce":
-        return f"two-shot applies to reductions; {inst.spec.name} is a copy"
-    return None
+from purlin_bench.strategies.base import Builder, Strategy, data_op, in_ref, out_ref, slices, split_even
 
 
 def emit(b: Builder, params: dict[str, int]) -> None:
@@ -25,9 +23,8 @@ def emit(b: Builder, params: dict[str, int]) -> None:
             for lo, n in slices(length, size, b.unit):
                 srcs = tuple(in_ref(s, base + lo, n) for s in flow.sources)
                 dsts = tuple(out_ref(p, base + lo, n) for p in flow.consumers)
-                op = "reduce" if len(srcs) > 1 else "copy"
-                b.add(owner, turn[owner], Consume((), op, srcs, dsts))
+                b.add(owner, turn[owner], Consume((), data_op(flow), srcs, dsts))
                 turn[owner] += 1
 
 
-STRATEGY = Strategy("two-shot", "reduce one part per rank, then write it to every consumer (fused)", emit, refuse)
+STRATEGY = Strategy("two-shot", "split each flow over the ranks taking part; each owner reduces/copies its part into every consumer", emit)
