@@ -107,11 +107,15 @@ template <> __device__ __forceinline__ int combine<int>(int a, int b) {
 }
 
 // ------------------------------------------------------------- memory primitives
+// PURLIN_LD_HINT: an optional qualifier for vector loads, e.g. ".L2::256B" (L2 prefetch size).
+#ifndef PURLIN_LD_HINT
+#define PURLIN_LD_HINT ""
+#endif
 // Loads bypass L1 (.cg): data produced by another block or GPU in this launch
 // must come from L2 or the peer, never from a stale L1 line.
 __device__ __forceinline__ uint4 ld_vec(const void* p) {
     uint4 v;
-    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    asm volatile("ld.global.cg" PURLIN_LD_HINT ".v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
 __device__ __forceinline__ void st_vec(void* p, uint4 v) {
@@ -177,7 +181,31 @@ __device__ __forceinline__ void move_one(int kind, i64 i, int nsrc, int ndst, ch
     for (int d = 0; d < ndst; ++d) ((S*)dst[d])[i] = out;
 }
 
-template <int U>
+// Sources a reduction loads per batch: U*G = 8 vectors in flight per thread,
+// the most that stays under 128 registers for every dtype at U=4.
+#define SRC_BATCH(U) ((U) >= 8 ? 1 : 8 / (U))
+
+template <int G, int U>
+__device__ __forceinline__ void load_batch(Vec (&x)[G][U], char* const* src, int s0, int nsrc, i64 head, i64 v, i64 stride, i64 nvec) {
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+        if (s0 + g < nsrc) load_vecs<U>(x[g], src[s0 + g], head, v, stride, nvec);
+}
+
+// sum op= x[g] for g in [from, min(G, n)).
+template <int G, int U>
+__device__ __forceinline__ void combine_batch(A (&sum)[U][16 / sizeof(S)], const Vec (&x)[G][U], int from, int n) {
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+        if (g < from || g >= n) continue;
+#pragma unroll
+        for (int k = 0; k < U; ++k)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) sum[k][e] = combine<A>(sum[k][e], Elem::up(x[g][k].s[e]));
+    }
+}
+
+template <int U, int G = SRC_BATCH(U)>
 __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst, char* const* src, char* const* dst, bool aligned16, int head, i64 tid, i64 stride) {
     if (aligned16) {
         // Elements before the first 16-byte boundary and after the last full vector go one by one.
@@ -188,20 +216,21 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
             if (kind == OP_COPY) {
                 load_vecs<U>(out, src[0], head, v, stride, nvec);
             } else {
-                // The first source lands straight in the accumulators, so a
-                // reduction holds U*VEC accumulators plus one batch of loads.
+                // Sources are loaded G at a time, all G*U vectors issued before
+                // the first is combined: a thread waits once per batch rather
+                // than once per source, which is what keeps enough bytes in
+                // flight to reach HBM bandwidth with one block per SM.
                 A sum[U][16 / sizeof(S)];
-                load_vecs<U>(out, src[0], head, v, stride, nvec);
+                Vec x[G][U];
+                load_batch<G, U>(x, src, 0, nsrc, head, v, stride, nvec);
 #pragma unroll
                 for (int k = 0; k < U; ++k)
 #pragma unroll
-                    for (int e = 0; e < VEC; ++e) sum[k][e] = Elem::up(out[k].s[e]);
-                for (int s = 1; s < nsrc; ++s) {
-                    load_vecs<U>(out, src[s], head, v, stride, nvec);
-#pragma unroll
-                    for (int k = 0; k < U; ++k)
-#pragma unroll
-                        for (int e = 0; e < VEC; ++e) sum[k][e] = combine<A>(sum[k][e], Elem::up(out[k].s[e]));
+                    for (int e = 0; e < VEC; ++e) sum[k][e] = Elem::up(x[0][k].s[e]);
+                combine_batch<G, U>(sum, x, 1, nsrc);
+                for (int s0 = G; s0 < nsrc; s0 += G) {
+                    load_batch<G, U>(x, src, s0, nsrc, head, v, stride, nvec);
+                    combine_batch<G, U>(sum, x, 0, nsrc - s0);
                 }
 #pragma unroll
                 for (int k = 0; k < U; ++k)

@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env tests check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env tests survey survey-mid check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -23,7 +23,17 @@ step_env() {
   { nvidia-smi; nvcc --version | tail -1; python3 -c 'import cupy, numpy; print("cupy", cupy.__version__, "numpy", numpy.__version__); print(cupy.cuda.runtime.getDeviceProperties(0)["name"])'; } 2>&1 | tee "$OUT/env.txt"
 }
 step_tests() {
-  timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu -o addopts="" --timeout 240 --maxfail 10 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+  timeout ${TESTS_LIMIT:-330} python3 -m pytest -q -p no:cacheprovider -m gpu -o addopts="" --timeout 240 --maxfail 10 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
+}
+step_survey() {  # datapath variants at chosen sizes beside CuPy and the floor (scripts/datapath_survey.py)
+  timeout ${SURVEY_LIMIT:-170} python3 scripts/datapath_survey.py ${SURVEY_SETS:---set large --set small} --json "$OUT/survey.json" 2>&1 | tee "$OUT/survey.log"
+  timeout 45 python3 scripts/datapath_survey.py --set hint --ld-hint .L2::256B --json "$OUT/survey-hint.json" 2>&1 | tee "$OUT/survey-hint.log"
+}
+step_survey-mid() {  # the automatic block count and the copy-engine threshold at mid sizes
+  for b in 0 32768 8192; do
+    timeout 70 python3 scripts/datapath_survey.py --set mid --auto-block-bytes $b --json "$OUT/mid-$b.json" 2>&1 | tee -a "$OUT/survey-mid.log"
+  done
+  timeout 70 python3 scripts/datapath_survey.py --set ce --auto-block-bytes 32768 --json "$OUT/ce.json" 2>&1 | tee -a "$OUT/survey-mid.log"
 }
 step_check() {
   timeout 300 purlin check all --backend cupy --ranks 1,2,3,4,5,8 --strategy all --dtype float32,float16,bfloat16,int32 --count 1,1001,65536 --root all 2>&1 | tee "$OUT/check.log" | tail -25

@@ -1,0 +1,143 @@
+"""Time chosen configurations beside the CuPy baseline and the copy floor of
+the same run: the experiments behind the heuristics (docs/performance.md,
+"Datapath survey"). Every row is checked (#wrong) before it is timed.
+
+    python3 scripts/datapath_survey.py [--set NAME ...] [--case CASE ...] [--json FILE]
+
+CASE is ``collective:dtype:size,size,..:strategy[:key=value,...]``, e.g.
+``all-to-all:float32:256M,1G:push:datapath=ce``; keys are the planner's
+(channels, slice_bytes) and the executor's (blocks, threads, datapath, unroll).
+``--ld-hint .L2::256B`` recompiles the Atom kernel with that load qualifier.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from purlin_bench.bench.measure import BenchOptions, GpuMeasurer
+from purlin_bench.bench.roofline import measure_copy_bandwidth
+from purlin_bench.bench.run import instances
+from purlin_bench.cli.common import parse_bytes
+from purlin_bench.config import RunConfig
+from purlin_bench.errors import PurlinError
+from purlin_bench.executors import get_executor
+from purlin_bench.spec import load_builtin
+
+PLAN_KEYS = ("channels", "slice_bytes")
+BIG = "256M,1G"
+
+SETS = {
+    # Large messages: where the floor and CuPy targets were missed.
+    "large": [
+        f"all-to-all:float32:{BIG}:push", f"all-to-all:float32:{BIG}:push:datapath=ce", f"all-to-all:float32:{BIG}:push:unroll=4",
+        f"gather:float32:{BIG}:push", f"gather:float32:{BIG}:push:datapath=ce", f"gather:float32:{BIG}:push:unroll=4",
+        f"scatter:float32:{BIG}:direct", f"scatter:float32:{BIG}:direct:datapath=ce", f"scatter:float32:{BIG}:push:datapath=ce",
+        f"scatter:float32:{BIG}:direct:unroll=4",
+        f"broadcast:float32:{BIG}:direct", f"broadcast:float32:{BIG}:two-shot", f"broadcast:float32:{BIG}:two-shot:unroll=4",
+        f"broadcast:float32:{BIG}:push:datapath=ce",
+        f"all-gather:float32:{BIG}:push", f"all-gather:float32:{BIG}:push:unroll=4", f"all-gather:float32:{BIG}:two-shot",
+        f"all-reduce:float32:{BIG}:two-shot", f"all-reduce:float32:{BIG}:two-shot:unroll=1", f"all-reduce:float32:{BIG}:two-shot:unroll=4",
+        f"reduce-scatter:float32:{BIG}:direct", f"reduce-scatter:float32:{BIG}:direct:unroll=1", f"reduce-scatter:float32:{BIG}:direct:unroll=4",
+        f"reduce:float32:{BIG}:two-shot", f"reduce:float32:{BIG}:two-shot:unroll=4", f"reduce:float32:{BIG}:direct",
+        "all-reduce:bfloat16:256M:two-shot", "all-reduce:bfloat16:256M:two-shot:unroll=4",
+        "reduce-scatter:bfloat16:256M:direct", "reduce-scatter:bfloat16:256M:direct:unroll=4",
+    ],
+    # Small and mid messages: latency of the candidates for the defaults.
+    "small": [
+        "broadcast:float32:8,1K,64K,1M,16M:direct", "broadcast:float32:8,1K,64K,1M,16M:two-shot",
+        "all-to-all:float32:64K,1M,16M:push", "all-to-all:float32:1M,16M:push:datapath=ce",
+        "gather:float32:64K,1M,16M:push", "gather:float32:1M,16M:push:datapath=ce",
+        "scatter:float32:64K,1M,16M:direct", "scatter:float32:1M,16M:direct:datapath=ce",
+        "all-reduce:float32:8,64K,1M,16M:two-shot", "reduce-scatter:float32:8,64K,1M,16M:direct",
+    ],
+    # Mid sizes: how many blocks the automatic count gives (run with --auto-block-bytes).
+    "mid": [
+        f"{c}:float32:4K,64K,1M,16M:{st}{x}"
+        for c, st in (("all-to-all", "push"), ("gather", "push"), ("scatter", "direct"), ("all-gather", "push"), ("broadcast", "two-shot"), ("all-reduce", "two-shot"), ("reduce-scatter", "direct"))
+        for x in ("", ":unroll=4")
+    ],
+    # Where the copy engines start to pay, per flow size.
+    "ce": [
+        "all-to-all:float32:16M,64M:push", "all-to-all:float32:16M,64M:push:datapath=ce", "all-to-all:float32:64K,1M,16M:push:channels=8",
+        "gather:float32:4M,64M:push", "gather:float32:4M,64M:push:datapath=ce",
+        "scatter:float32:4M,64M:direct", "scatter:float32:4M,64M:push:datapath=ce",
+    ],
+    # The load qualifier, on one copy and two reductions (run with --ld-hint).
+    "hint": [f"all-to-all:float32:{BIG}:push", f"all-reduce:float32:{BIG}:two-shot", f"reduce-scatter:float32:{BIG}:direct"],
+}
+
+
+def parse_case(text: str):
+    parts = text.split(":")
+    if len(parts) not in (4, 5):
+        raise PurlinError(f"case '{text}': want collective:dtype:sizes:strategy[:k=v,...]")
+    name, dtype, sizes, strategy = parts[:4]
+    plan_params, exec_params = {}, {}
+    for item in filter(None, (parts[4] if len(parts) == 5 else "").split(",")):
+        key, _, value = item.partition("=")
+        value = int(value) if value.isdigit() else value
+        (plan_params if key in PLAN_KEYS else exec_params)[key] = value
+    return name, dtype, [parse_bytes(s, "size") for s in sizes.split(",")], RunConfig.make(strategy, plan_params, exec_params)
+
+
+def use_load_hint(hint: str) -> None:
+    from purlin_bench.executors import atoms
+
+    plain = atoms.compile_options
+
+    def with_hint(*args, **kwargs):
+        return (*plain(*args, **kwargs), f'-DPURLIN_LD_HINT="{hint}"')
+
+    atoms.compile_options = with_hint
+    atoms.snac_kernel.cache_clear()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", action="append", default=[], choices=sorted(SETS))
+    ap.add_argument("--case", action="append", default=[])
+    ap.add_argument("--ranks", type=int, default=8)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ld-hint", default="")
+    ap.add_argument("--auto-block-bytes", type=int, default=0, help="bytes per block of the automatic block count")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if args.ld_hint:
+        use_load_hint(args.ld_hint)
+    if args.auto_block_bytes:
+        from purlin_bench.executors import cupy_exec
+
+        cupy_exec._BYTES_PER_AUTO_BLOCK = args.auto_block_bytes
+    cases = [parse_case(c) for s in args.set for c in SETS[s]] + [parse_case(c) for c in args.case]
+    executor = get_executor("cupy")
+    bandwidth = measure_copy_bandwidth((0,))
+    print(f"# copy bandwidth {bandwidth.bytes_per_s / 1e12:.3f} TB/s; ld hint '{args.ld_hint}'; auto block bytes {args.auto_block_bytes or 'default'}", flush=True)
+    measurer = GpuMeasurer(executor, BenchOptions(iters=args.iters, warmup=2, reps=args.reps, inplace=False), bandwidth)
+    rows = []
+    print(f"{'collective':15} {'dtype':9} {'size':>11} {'config':50} {'us':>10} {'cupy us':>10} {'x cupy':>7} {'%floor':>7} {'wrong':>5}", flush=True)
+    for name, dtype, sizes, config in cases:
+        spec = load_builtin(name)
+        for size, inst in instances(spec, sizes, args.ranks, dtype, 0):
+            t0 = time.time()
+            try:
+                rec = measurer.measure(inst, config, dtype, None)
+            except PurlinError as exc:
+                print(f"{name:15} {dtype:9} {size:>11} {config.text():50} error: {exc}", flush=True)
+                rows.append({"collective": name, "dtype": dtype, "size": size, "config": config.to_dict(), "error": str(exc)})
+                continue
+            cupy = rec.baselines.get("cupy")
+            pct = rec.roofline_pct()
+            print(f"{name:15} {dtype:9} {size:>11} {config.text():50} {rec.out_of_place.time_us:10.2f} {cupy or 0:10.2f} {rec.speedup('cupy') or 0:7.2f} {pct or 0:7.1f} {rec.out_of_place.nwrong:5}  ({time.time() - t0:.1f} s)", flush=True)
+            rows.append({**rec.to_dict(), "ld_hint": args.ld_hint, "auto_block_bytes": args.auto_block_bytes})
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump(rows, fh, indent=1)
+    return 1 if any(r.get("out_of_place", {}).get("nwrong") for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
