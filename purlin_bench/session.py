@@ -70,6 +70,11 @@ class Session:
         self.executor = get_executor(backend, **options)
         self._last_runner = None
 
+    @property
+    def fused(self) -> bool:
+        """Every rank on one GPU (virtual ranks): one launch runs them all."""
+        return not self.gpus or len(set(self.gpus)) == 1
+
     def describe(self) -> str:
         if self.backend == "numpy":
             return f"numpy CPU reference, {self.ranks} simulated ranks"
@@ -101,7 +106,7 @@ class Session:
         from purlin_bench.executors.cupy_timing import time_calls
         from purlin_bench.heuristics import default_config
 
-        config = default_config(inst, self.backend)
+        config = default_config(inst, self.backend, self.fused)
         program = self.program(inst, config, dtype, redop)
         runner = self.runner(program, config)
         if not runner.world.fused:

@@ -56,25 +56,33 @@ step_bench-full() {  # the performance page's sweep: all collectives, 16 B .. 1 
 }
 step_bench-f32() { DTYPES=float32 BENCH_LIMIT=130 step_bench-full; }
 step_bench-bf16() { DTYPES=bfloat16 BENCH_LIMIT=150 step_bench-full; }
-step_tune() {  # the issue's four collectives, quick sweep, each study bounded in time
+step_tune() {  # the committed H200 plans: every collective, float32 and bfloat16, sweeps/h200.yaml
   for c in all-reduce all-gather reduce-scatter all-to-all; do
-    timeout 40 purlin tune $c --sweep quick --ranks 8 --dtype float32,bfloat16 --trials 6 --timeout 3 --seed 1 \
-      --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -14
+    timeout 80 purlin tune $c --sweep sweeps/h200.yaml --trials 16 --timeout 3 --seed 1 \
+      --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -15
+  done
+  for c in broadcast reduce gather scatter; do
+    timeout 50 purlin tune $c --sweep sweeps/h200.yaml --sizes 8,64K,1M,16M,256M --trials 10 --timeout 2 --seed 1 \
+      --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -13
   done
 }
 step_bench-plan() {  # tuned plans against the untuned default, same run
-  for d in ${DTYPES:-float32}; do
+  for d in ${DTYPES:-float32 bfloat16}; do
     for c in all-reduce all-gather reduce-scatter all-to-all; do
       for how in "--strategy auto" "--plan auto"; do
         tag=$(echo "$how" | tr -d ' -')
-        timeout 15 purlin bench $c -b 16 -e 256M -f 16 -n 10 -w 2 -G 3 -d $d --no-inplace $how --json "$OUT/cmp-$c-$d-$tag.json" 2>&1 | grep -E "^# (Speed|Avg)" | sed "s/^/$c $d $tag /"
+        timeout 25 purlin bench $c -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace $how --json "$OUT/cmp-$c-$d-$tag.json" 2>&1 | grep -E "^# (Speed|Avg)" | sed "s/^/$c $d $tag /"
       done
     done
   done
 }
-step_search() {  # tuner against exhaustive search on one bucket (docs/tuning.md)
-  timeout 60 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler bruteforce --trials 200 --out /tmp/exhaustive --storage "sqlite:///$OUT/exhaustive.db" 2>&1 | tail -4
-  timeout 30 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler tpe --trials 20 --seed 3 --out /tmp/tpe --storage "sqlite:///$OUT/tpe.db" 2>&1 | tail -4
+step_search() {  # tuner against exhaustive search on one bucket (docs/tuning.md): quick.yaml's 126 configurations
+  timeout 120 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler bruteforce --trials 200 --confirm 0 \
+    --out /tmp/exhaustive --storage "sqlite:///$OUT/search-bruteforce.db" 2>&1 | tail -4
+  for seed in 1 2 3; do
+    timeout 40 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler tpe --trials 31 --seed $seed --confirm 0 \
+      --out /tmp/tpe$seed --storage "sqlite:///$OUT/search-tpe$seed.db" 2>&1 | tail -4
+  done
 }
 step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench against NCCL, tune, bench the plans
   timeout 240 purlin check all --backend cupy --gpus all --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/mgpu-check.log" | tail -5
@@ -82,9 +90,9 @@ step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench 
   timeout 600 purlin tune all --gpus all --sweep quick --out results --storage "sqlite:///$OUT/mgpu-tune.db" 2>&1 | tail -20
   timeout 300 purlin bench all --gpus all -b 8 -e 1G -f 4 --baseline nccl --plan auto --json "$OUT/mgpu-plan.json" 2>&1 | grep -E "^#"
 }
-step_pack() {
-  tar czf "$OUT/results.tgz" results "$OUT"/*.db "$OUT"/*.log "$OUT"/cmp-*.json 2>/dev/null
-  rm -f "$OUT"/cmp-*.json "$OUT"/*.db "$OUT"/tune.log "$OUT"/install.log
+step_pack() {  # at most 8 files come back: one archive of everything
+  tar czf "$OUT/results.tgz" results "$OUT"/*.db "$OUT"/*.log "$OUT"/*.json /tmp/exhaustive /tmp/tpe* 2>/dev/null
+  find "$OUT" -type f ! -name results.tgz ! -name '*.png' -delete
 }
 for s in "${@:-env tests}"; do
   echo "=== $s"

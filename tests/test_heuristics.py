@@ -40,3 +40,38 @@ def test_renaming_a_spec_does_not_change_the_choice():
     spec = load_builtin("reduce-scatter")
     renamed = dataclasses.replace(spec, name="my-collective")
     assert default_strategy(instantiate(renamed, 8, 64, 4)) == default_strategy(instantiate(spec, 8, 64, 4))
+
+
+def _at(name, nbytes, itemsize=4):
+    from purlin_bench.bench.run import instances
+
+    ((_, inst),) = instances(load_builtin(name), [nbytes], 8, {4: "float32", 2: "bfloat16"}[itemsize], 0)
+    return inst
+
+
+def test_copies_get_four_vectors_in_flight_reductions_keep_the_executor_default():
+    assert dict(default_config(_at("all-gather", 1 << 20)).exec_params) == {"unroll": 4}
+    assert dict(default_config(_at("all-reduce", 1 << 20)).exec_params) == {}
+    # the numpy reference takes no datapath parameters
+    assert default_config(_at("all-gather", 1 << 20), backend="numpy").exec_params == ()
+
+
+def test_a_rank_sending_several_flows_gets_a_channel_per_flow():
+    config = default_config(_at("all-to-all", 64 << 10))
+    assert dict(config.plan_params)["channels"] == 8
+    assert dict(default_config(_at("gather", 64 << 10)).plan_params)["channels"] == 1
+
+
+def test_copy_engines_take_large_single_consumer_flows_on_one_gpu_only():
+    big = _at("all-to-all", 256 << 20)  # 32 MiB per flow
+    assert default_config(big).exec_params == (("datapath", "ce"),)
+    assert dict(default_config(big).plan_params)["channels"] == 1
+    assert dict(default_config(big, fused=False).exec_params) == {"unroll": 4}
+    # just under the threshold per flow: the SM datapath
+    from purlin_bench.heuristics import CE_MIN_FLOW_BYTES
+
+    under = _at("all-to-all", 8 * (CE_MIN_FLOW_BYTES // 2))
+    assert dict(default_config(under).exec_params) == {"unroll": 4}
+    # a fan-out copy (all-gather) and a pulled one (scatter) stay on SMs
+    assert "datapath" not in dict(default_config(_at("all-gather", 1 << 30)).exec_params)
+    assert "datapath" not in dict(default_config(_at("scatter", 1 << 30)).exec_params)

@@ -305,3 +305,16 @@ def test_refs_in_programs_stay_inside_buffers():
             refs = [*step.srcs, *step.dsts]
         for ref in refs:
             assert 0 <= ref.offset and ref.offset + ref.count <= p.buffer_count(ref.rank, ref.buf)
+
+
+def test_channels_take_whole_flows_before_slicing_them():
+    """all-to-all push with 8 channels: each of a rank's 8 flows is one op on
+    its own channel (not 8 slices of every flow round-robin: 8 ops a channel)."""
+    _, p = _program("all-to-all", "push", count=1024, channels=8)
+    for rank in range(8):
+        stages = [[s for s in chan if isinstance(s, Stage) and s.dsts] for chan in p.lists[rank]]
+        assert [len(s) for s in stages] == [1] * 8
+        assert sorted(s[0].dsts[0].rank for s in stages) == list(range(8))
+    # a rank with one flow still slices it over the channels
+    _, g = _program("all-gather", "push", count=1024, channels=4)
+    assert [len([s for s in chan if isinstance(s, Stage) and s.dsts]) for chan in g.lists[0]] == [1] * 4

@@ -24,12 +24,12 @@ class Choice:
     plan_lookup: Callable[[Instance, int], RunConfig] | None = None  # (instance, size bytes) -> config
 
 
-def configs_for(inst: Instance, size: int, choice: Choice, backend: str) -> list[RunConfig]:
+def configs_for(inst: Instance, size: int, choice: Choice, backend: str, fused: bool = True) -> list[RunConfig]:
     if choice.plan_lookup is not None:
         return [choice.plan_lookup(inst, size)]
     usable = [name for name, why in applicable(inst).items() if why is None]
     if choice.strategy == "auto":
-        base = default_config(inst, backend)
+        base = default_config(inst, backend, fused)
         return [RunConfig.make(base.strategy, {**dict(base.plan_params), **choice.plan_overrides}, {**dict(base.exec_params), **choice.exec_overrides})]
     names = usable if choice.strategy == "all" else [choice.strategy]
     if choice.strategy not in ("all",) and choice.strategy not in usable:

@@ -101,7 +101,7 @@ def bench(
             spec_records = []
             for size, inst in items:
                 progress.update(task, description=f"{spec.name} {size} B")
-                for config in configs_for(inst, size, choice, backend_name):
+                for config in configs_for(inst, size, choice, backend_name, fused=not devices or len(set(devices)) == 1):
                     spec_records.append(measurer.measure(inst, config, dtype, op if spec.op == "reduce" else None))
                 progress.advance(task)
             records.extend(spec_records)

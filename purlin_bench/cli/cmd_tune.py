@@ -44,6 +44,7 @@ def tune(
     timeout: Optional[float] = typer.Option(None, "--timeout", help="seconds per study; no trial starts after it"),
     sampler: str = typer.Option("tpe", "--sampler", help="tpe | random | bruteforce"),
     seed: Optional[int] = typer.Option(None, "--seed", help="sampler seed (each study derives its own)"),
+    confirm: int = typer.Option(3, "--confirm", help="re-measure the 3 fastest and the default this many rounds before picking; the default stays unless beaten by 2% (0: take the study's best)"),
     storage: Optional[str] = typer.Option(None, "--storage", help="study storage URL [default: sqlite:///OUT/tune.db]"),
     out: Path = typer.Option(Path("results"), "--out", help="folder of plan artifacts"),
     backend: str = typer.Option("auto", "--backend", help="auto | numpy | cupy (auto: cupy if a GPU is usable)"),
@@ -60,6 +61,8 @@ def tune(
         raise PurlinError(f"unknown sampler '{sampler}' (known: {', '.join(SAMPLERS)})")
     if trials is not None and trials < 1:
         raise PurlinError(f"--trials must be >= 1, got {trials}")
+    if confirm < 0:
+        raise PurlinError(f"--confirm must be >= 0 rounds, got {confirm}")
     if timeout is not None and timeout <= 0:
         raise PurlinError(f"--timeout must be > 0 seconds, got {timeout}")
     chosen = resolve_sweep(sweep)
@@ -89,7 +92,7 @@ def tune(
         ranks=rank_counts,
         gpus=tuple(devices) if devices else None,
         backend=backend_name,
-        settings=TuneSettings(trials=trials or chosen.trials, sampler=sampler, seed=seed, timeout_s=timeout),
+        settings=TuneSettings(trials=trials or chosen.trials, sampler=sampler, seed=seed, timeout_s=timeout, confirm_rounds=confirm),
         storage_url=storage or default_storage_url(out),
         out_dir=out,
     )

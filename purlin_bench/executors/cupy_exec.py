@@ -27,9 +27,12 @@ from purlin_bench.program.model import FlagRef, Program, Ref
 from purlin_bench.timing import Timing
 
 DEFAULT_TIMEOUT_S = 5.0
-# Auto block count: one block per this many bytes a step moves, so that small
-# steps stay on few SMs (less launch and barrier work) and large ones fill the GPU.
-_BYTES_PER_AUTO_BLOCK = 256 * 1024
+# Auto block count: one block per this many bytes a step moves (read plus
+# written), so that small steps stay on few SMs and large ones fill the GPU.
+# On the H200 256 KiB left 1 MiB collectives latency-bound (all-to-all 48 us);
+# 8 KiB (about one pass of a 512-thread block) gave 15 us, with no change at
+# 4-64 KiB (docs/perf/survey/survey-mid.log).
+_BYTES_PER_AUTO_BLOCK = 8 * 1024
 _MAX_BLOCKS = 32
 
 PARAMS = (

@@ -4,18 +4,21 @@ sources are inputs, ready once their rank is in the call."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from purlin_bench.program.model import Consume
 from purlin_bench.strategies.base import Builder, Strategy, data_op, in_ref, out_ref, slices
 
 
 def emit(b: Builder, params: dict[str, int]) -> None:
     turn = [0] * b.inst.ranks  # round-robin slices over each rank's channels
+    pulled = Counter(rank for flow in b.inst.flows for rank in flow.consumer_ranks())
     for flow in b.inst.flows:
         by_rank: dict[int, list] = {}
         for place in flow.consumers:
             by_rank.setdefault(place.rank, []).append(place)
-        size = b.slice_elems(params["slice_bytes"], flow.count, b.channels)
         for rank, places in by_rank.items():
+            size = b.slice_elems(params["slice_bytes"], flow.count, b.pieces_per_flow(pulled[rank]))
             for lo, n in slices(flow.count, size, b.unit):
                 srcs = tuple(in_ref(s, lo, n) for s in flow.sources)
                 dsts = tuple(out_ref(p, lo, n) for p in places)

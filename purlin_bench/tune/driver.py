@@ -30,7 +30,7 @@ from purlin_bench.tune.effective import backend_exec_params, effective_config
 from purlin_bench.tune.measure import SessionBench
 from purlin_bench.tune.storage import lost_storage, open_storage, storage_errors
 from purlin_bench.tune.sweep import Bucket, Sweep
-from purlin_bench.tune.tuner import StudyOutcome, StudySpec, TrialResult, TuneSettings, run_study
+from purlin_bench.tune.tuner import StudyOutcome, StudySpec, TrialResult, TuneSettings, confirm_winner, run_study
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class _JobTuning:
             space=space,
             context={"op": inst.op, "collective": job.spec.name, "dtype": job.dtype, "ranks": job.ranks, "backend": request.backend},
             normalize=partial(effective_config, exec_params=backend_exec_params(request.backend)),
-            default=default_config(inst, request.backend),
+            default=default_config(inst, request.backend, fused=not request.gpus or len(set(request.gpus)) == 1),
             previous=self.previous.get(bucket.min_bytes),
         )
         self.reporter.study_started(name)
@@ -166,14 +166,19 @@ class _JobTuning:
         if best is None or best.config is None or best.time_us is None:
             self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: no correct configuration in {outcome.finished} trial(s); bucket left out of the plan")
             return BucketResult(job, self.fp.layout, bucket, outcome, None)
+        config, time_us = best.config, best.time_us
+        default_us = outcome.default.time_us if outcome.default else None
+        confirmed = confirm_winner(outcome, bench.measure, rounds=request.settings.confirm_rounds) if request.settings.confirm_rounds > 0 else None
+        if confirmed is not None:
+            config, time_us, default_us = confirmed.config, confirmed.time_us, confirmed.default_time_us
         entry = PlanEntry(
             min_bytes=bucket.min_bytes,
             max_bytes=bucket.max_bytes,
             measured_bytes=bench.nbytes(bucket),
-            config=best.config,
-            time_us=best.time_us,
-            busbw_gbps=bench.busbw_gbps(bucket, best.time_us),
-            default_time_us=outcome.default.time_us if outcome.default else None,
+            config=config,
+            time_us=time_us,
+            busbw_gbps=bench.busbw_gbps(bucket, time_us),
+            default_time_us=default_us,
             baseline_time_us=bench.baseline(bucket),
             trials=outcome.finished,
             study=name,

@@ -31,8 +31,10 @@ tested with fakes, and the same code drives the numpy reference and the GPU
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import random
+import statistics
 import time
 import warnings
 import zlib
@@ -91,6 +93,7 @@ class TuneSettings:
     seed: int | None = None
     timeout_s: float | None = None  # per study: no new trial starts after it
     poll_s: float = 0.5  # while waiting for other workers' last trials
+    confirm_rounds: int = 3  # re-measure the finalists this often before picking (0: take the study's best)
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class StudyOutcome:
     measured: int  # measure() calls this call made
     failures: tuple[TrialResult, ...]
     stop: str  # "done", "timeout" or "exhausted" (the sampler ran out of configurations)
+    ranked: tuple[TrialResult, ...] = ()  # correct trials, fastest first, one per configuration
 
 
 OnTrial = Callable[[StudySpec, TrialResult], None]
@@ -382,7 +386,13 @@ def _outcome(spec: StudySpec, trials: list[Any], settings: TuneSettings, objecti
 
     counted = [_result(t) for t in sorted(trials, key=lambda t: t.number) if is_counted(t)]
     complete = [r for r in counted if r.time_us is not None and r.config is not None]
-    best = min(complete, key=lambda r: (r.time_us, r.number), default=None)
+    ranked, seen = [], set()
+    for r in sorted(complete, key=lambda r: (r.time_us, r.number)):
+        key = json.dumps(r.config.to_dict(), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            ranked.append(r)
+    best = ranked[0] if ranked else None
     default_config = spec.normalize(spec.default) if spec.default else None
     default = next((r for r in counted if default_config is not None and r.config == default_config), None)
     finished = len(counted)
@@ -405,7 +415,51 @@ def _outcome(spec: StudySpec, trials: list[Any], settings: TuneSettings, objecti
         measured=objective.measured,
         failures=tuple(r for r in counted if r.failure is not None),
         stop=stop,
+        ranked=tuple(ranked),
     )
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """The winner after re-measuring the finalists side by side."""
+
+    config: RunConfig
+    time_us: float  # median of the confirmation rounds
+    default_time_us: float | None  # the default's, from the same rounds
+    times_us: Mapping[str, float]  # every finalist's median, by configuration text
+
+
+def confirm_winner(outcome: StudyOutcome, measure: Measure, finalists: int = 3, rounds: int = 3, margin: float = 0.02) -> Confirmed | None:
+    """Re-measure the study's fastest ``finalists`` and the default in
+    ``rounds`` interleaved rounds and pick by median.
+
+    A study ranks each configuration by one measurement, so its best is
+    partly the luckiest draw, and a plan must not lose to the default it
+    replaces. The default therefore stays unless a finalist beats it by more
+    than ``margin`` in the same rounds."""
+    default = outcome.default.config if outcome.default is not None and outcome.default.time_us is not None else None
+    candidates = [r.config for r in outcome.ranked[:finalists] if r.config is not None]
+    if default is not None and default not in candidates:
+        candidates.append(default)
+    if not candidates:
+        return None
+    samples: dict[RunConfig, list[float]] = {c: [] for c in candidates}
+    for _ in range(max(1, rounds)):
+        for config in candidates:
+            try:
+                value = float(measure(config, outcome.bucket))
+            except PurlinError:
+                continue  # measured fine in its trial; a flaky re-run just drops this sample
+            if math.isfinite(value) and value > 0:
+                samples[config].append(value)
+    medians = {c: statistics.median(v) for c, v in samples.items() if v}
+    if not medians:
+        return None
+    best = min(medians, key=lambda c: (medians[c], candidates.index(c)))
+    default_time = medians.get(default) if default is not None else None
+    if default_time is not None and default_time <= medians[best] * (1 + margin):
+        best = default
+    return Confirmed(best, medians[best], default_time, {c.text(): t for c, t in medians.items()})
 
 
 @contextlib.contextmanager
