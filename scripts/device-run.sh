@@ -90,9 +90,10 @@ step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench 
   timeout 600 purlin tune all --gpus all --sweep quick --out results --storage "sqlite:///$OUT/mgpu-tune.db" 2>&1 | tail -20
   timeout 300 purlin bench all --gpus all -b 8 -e 1G -f 4 --baseline nccl --plan auto --json "$OUT/mgpu-plan.json" 2>&1 | grep -E "^#"
 }
-step_pack() {  # at most 8 files come back: one archive of everything
-  tar czf "$OUT/results.tgz" results "$OUT"/*.db "$OUT"/*.log "$OUT"/*.json /tmp/exhaustive /tmp/tpe* 2>/dev/null
-  find "$OUT" -type f ! -name results.tgz ! -name '*.png' -delete
+step_pack() {  # at most 8 files come back: one archive of everything (PACK_TO: write it there, keep $OUT)
+  local to=${PACK_TO:-$OUT}
+  tar czf "$to/results.tgz.part" results "$OUT" /tmp/exhaustive /tmp/tpe* 2>/dev/null; mv "$to/results.tgz.part" "$to/results.tgz"
+  [ -n "${PACK_TO:-}" ] || find "$OUT" -type f ! -name results.tgz ! -name '*.png' -delete
 }
 for s in "${@:-env tests}"; do
   echo "=== $s"
