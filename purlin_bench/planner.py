@@ -45,6 +45,10 @@ def plan(inst: Instance, strategy: str, dtype: str, redop: str | None = None, pa
 # Programs are immutable and validation is the costly part: keep recent ones.
 _CACHE: dict[tuple, Program] = {}
 _CACHE_SIZE = 256
+# Most steps a program may have. A tuner sampling small slices of a large
+# message asks for programs of 100k+ steps that take seconds to validate and
+# lower and run no faster; refused, the trial is recorded as invalid at once.
+MAX_STEPS = 1 << 16
 
 
 def _plan_uncached(inst: Instance, strategy: str, params: dict[str, int], dtype: str, redop: str | None, inplace: bool) -> Program:
@@ -61,6 +65,9 @@ def _plan_uncached(inst: Instance, strategy: str, params: dict[str, int], dtype:
 def _build(inst: Instance, strategy: str, params: dict[str, int], dtype: str, redop: str | None, inplace: bool, reroute: bool) -> Program:
     b = Builder(inst, params["channels"])
     STRATEGIES[strategy].emit(b, params)
+    steps = sum(len(steps) for chans in b.lists for steps in chans)
+    if steps > MAX_STEPS:
+        raise PlanError(f"{strategy} would take {steps} steps for {inst.spec.name} of {inst.count} elements (at most {MAX_STEPS}); use larger slices or fewer channels")
     if reroute:
         redirect_outputs_through_scratch(b)
     add_call_protocol(b)

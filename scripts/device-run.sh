@@ -57,18 +57,18 @@ step_bench-full() {  # the performance page's sweep: all collectives, 16 B .. 1 
 step_bench-f32() { DTYPES=float32 BENCH_LIMIT=130 step_bench-full; }
 step_bench-bf16() { DTYPES=bfloat16 BENCH_LIMIT=150 step_bench-full; }
 step_tune() {  # the committed H200 plans: every collective, float32 and bfloat16, sweeps/h200.yaml
-  for c in all-reduce all-gather reduce-scatter all-to-all; do
-    timeout 80 purlin tune $c --sweep sweeps/h200.yaml --trials 16 --timeout 3 --seed 1 \
+  for c in ${TUNE_MAIN-all-reduce all-gather reduce-scatter all-to-all}; do
+    timeout ${TUNE_LIMIT:-80} purlin tune $c --sweep sweeps/h200.yaml --trials 16 --timeout 3 --seed 1 ${TUNE_ARGS:-} \
       --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -15
   done
-  for c in broadcast reduce gather scatter; do
+  for c in ${TUNE_REST-broadcast reduce gather scatter}; do
     timeout 50 purlin tune $c --sweep sweeps/h200.yaml --sizes 8,64K,1M,16M,256M --trials 10 --timeout 2 --seed 1 \
       --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -13
   done
 }
 step_bench-plan() {  # tuned plans against the untuned default, same run
-  for d in ${DTYPES:-float32 bfloat16}; do
-    for c in all-reduce all-gather reduce-scatter all-to-all; do
+  for d in ${PLAN_DTYPES:-float32 bfloat16}; do
+    for c in ${BENCH_PLAN-all-reduce all-gather reduce-scatter all-to-all}; do
       for how in "--strategy auto" "--plan auto"; do
         tag=$(echo "$how" | tr -d ' -')
         timeout 25 purlin bench $c -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace $how --json "$OUT/cmp-$c-$d-$tag.json" 2>&1 | grep -E "^# (Speed|Avg)" | sed "s/^/$c $d $tag /"

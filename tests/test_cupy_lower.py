@@ -73,3 +73,14 @@ def test_reductions_beyond_the_source_limit_are_refused():
 def test_bad_datapath_is_refused():
     with pytest.raises(ExecutionError, match="datapath"):
         lower(_program("all-reduce", "direct"), list(range(8)), fused=True, datapath="tma", flag_address=_addr)
+
+
+def test_too_many_copy_engine_copies_are_refused_not_captured(monkeypatch):
+    from purlin_bench.executors import cupy_lower
+
+    program = _program("all-reduce", "push")  # 8 x 7 opening stages
+    monkeypatch.setattr(cupy_lower, "MAX_CE_COPIES", 56)
+    assert len(lower(program, list(range(8)), fused=True, datapath="ce", flag_address=_addr).ce_copies) == 56
+    monkeypatch.setattr(cupy_lower, "MAX_CE_COPIES", 55)
+    with pytest.raises(ExecutionError, match="56 copies per call \\(at most 55\\)"):
+        lower(program, list(range(8)), fused=True, datapath="ce", flag_address=_addr)

@@ -318,3 +318,17 @@ def test_channels_take_whole_flows_before_slicing_them():
     # a rank with one flow still slices it over the channels
     _, g = _program("all-gather", "push", count=1024, channels=4)
     assert [len([s for s in chan if isinstance(s, Stage) and s.dsts]) for chan in g.lists[0]] == [1] * 4
+
+
+def test_programs_beyond_the_step_limit_are_refused(monkeypatch):
+    import purlin_bench.planner as planner
+
+    inst = instantiate(load_builtin("all-reduce"), 8, 4096, 4)
+    program = plan(inst, "push", "float32", params={"slice_bytes": 1024})
+    data_steps = sum(1 for r in program.lists for c in r for s in c if not (isinstance(s, Notify) and s.role in ("ready", "done")))
+    monkeypatch.setattr(planner, "MAX_STEPS", 100)
+    planner._CACHE.clear()
+    with pytest.raises(PlanError, match=r"push would take \d+ steps for all-reduce of 4096 elements \(at most 100\); use larger slices"):
+        plan(inst, "push", "float32", params={"slice_bytes": 1024})
+    assert data_steps > 100
+    assert plan(inst, "two-shot", "float32").strategy == "two-shot"

@@ -28,6 +28,10 @@ from purlin_bench.errors import ExecutionError
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage
 
 MAX_SRC = MAX_DST = MAX_WAIT = MAX_NOTIFY = 16
+# Copy-engine copies one call may issue: each is a cudaMemcpyAsync and a
+# node of every captured graph, so a program hoisting thousands would spend
+# its time in capture and launch; refusing keeps a tuner trial bounded.
+MAX_CE_COPIES = 1024
 OFFSET_BITS = 40
 OP_NONE, OP_COPY, OP_REDUCE = 0, 1, 2
 BUFFER_INDEX = {"in": 0, "out": 1, "scratch": 2}
@@ -185,5 +189,10 @@ def lower(program: Program, ranks: list[int], fused: bool, datapath: str, flag_a
             row["wait_id"][i] = flag_id(flag)
         for i, flag in enumerate(op.notifies):
             row["notify"][i] = flag_address(flag)
+    if len(ce) > MAX_CE_COPIES:
+        raise ExecutionError(
+            f"datapath 'ce' would issue {len(ce)} copies per call (at most {MAX_CE_COPIES}); "
+            f"use datapath sm, larger slices or fewer channels"
+        )
     group_table = np.array(groups, dtype=np.int32).reshape(-1, 4)
     return Lowered(table, group_table, tuple(ce), frozenset(used))
