@@ -81,9 +81,11 @@ def bench(
         from purlin_bench.bench.roofline import measure_copy_bandwidth
 
         executor = get_executor("cupy", devices=tuple(devices) if devices else None)
-        measurer = GpuMeasurer(executor, options, measure_copy_bandwidth(tuple(devices) if devices else (0,)))
+        bandwidth = measure_copy_bandwidth(tuple(devices) if devices else (0,))
+        measurer = GpuMeasurer(executor, options, bandwidth)
         where = executor.describe(n_ranks)
     else:
+        bandwidth = None
         measurer = NumpyMeasurer(get_executor("numpy"), options)
         where = f"numpy CPU reference, {n_ranks} simulated ranks"
     if why:  # only now: bad input above gets its one error line and nothing else
@@ -91,6 +93,11 @@ def bench(
     env = environment(backend_name, tuple(devices) if devices else (0,))
     timing = ("CUDA graphs" if options.graph else "eager launches") if backend_name == "cupy" else "CPU wall clock"
     common.console.print(f"# purlin bench on {where}; {timing}, {iters} calls per batch, median of {options.reps}", highlight=False)
+    if bandwidth is not None:
+        # The floor's yardstick, measured in this run: recorded so "% floor" can be re-derived.
+        env["copy_bandwidth_gbps"] = round(bandwidth.bytes_per_s / 1e9, 1)
+        env["copy_bandwidth_kind"] = bandwidth.kind
+        common.console.print(f"# floor: {bandwidth.kind} copy bandwidth {bandwidth.bytes_per_s / 1e9:.0f} GB/s (cudaMemcpyAsync, this run)", highlight=False)
     command = "purlin bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root)) for spec in specs]
     total = sum(len(items) for _, items in plan_text)
