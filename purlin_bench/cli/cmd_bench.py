@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 from typing import Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from purlin_bench.bench.env import environment
 from purlin_bench.bench.measure import BenchOptions, GpuMeasurer, NumpyMeasurer
@@ -98,11 +95,11 @@ def bench(
         env["copy_bandwidth_gbps"] = round(bandwidth.bytes_per_s / 1e9, 1)
         env["copy_bandwidth_kind"] = bandwidth.kind
         common.console.print(f"# floor: {bandwidth.kind} copy bandwidth {bandwidth.bytes_per_s / 1e9:.0f} GB/s (cudaMemcpyAsync, this run)", highlight=False)
-    command = "purlin bench " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    command = common.command_line()
     plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root)) for spec in specs]
     total = sum(len(items) for _, items in plan_text)
     records = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=common.err_console, transient=True) as progress:
+    with common.progress_bar() as progress:
         task = progress.add_task("bench", total=total)
         for spec, items in plan_text:
             spec_records = []

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
 from purlin_bench.cli import common
@@ -103,7 +103,7 @@ def tune(
     if not jobs:
         raise PurlinError("nothing to tune: no collective supports the asked rank counts")
     studies = len(jobs) * len(chosen.buckets)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=common.err_console, transient=True) as progress:
+    with common.progress_bar() as progress:
         reporter = _ProgressReporter(progress, studies * request.settings.trials, request.settings.trials)
         results = run_tune(request, reporter, study_storage)
     for message in reporter.notes:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from purlin_bench.errors import PurlinError
 
@@ -13,6 +15,21 @@ from purlin_bench.errors import PurlinError
 # a terminal gets rich's own fitting.
 console = Console() if sys.stdout.isatty() else Console(width=220)
 err_console = Console(stderr=True)
+
+
+# The arguments of this invocation (set by main.run): what a result file
+# records as its command, also when run() is called from Python.
+invocation: list[str] = []
+
+
+def command_line() -> str:
+    return " ".join(["purlin", *(shlex.quote(a) for a in invocation)])
+
+
+def progress_bar() -> Progress:
+    """A transient bar on stderr, only on a terminal: a log or a pipe gets
+    the tables and the error line, no bar redraws."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True, disable=not err_console.is_terminal)
 
 
 def error(message: str) -> None:

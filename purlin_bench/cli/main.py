@@ -59,6 +59,7 @@ _register_commands()
 
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
+    common.invocation[:] = list(sys.argv[1:] if argv is None else argv)
     try:
         result = app(args=argv, prog_name="purlin", standalone_mode=False)
         code = result if isinstance(result, int) else 0
