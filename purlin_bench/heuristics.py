@@ -19,6 +19,9 @@ ranks (docs/performance.md, "strategy survey"):
   With many source ranks (all-gather, gather, all-to-all) each source pushes
   its chunk to all consumers in one step, ``push`` (2.9 us against direct's
   9 us for a small all-gather; 86% of the floor at 256 MiB).
+
+The datapath parameters (:func:`default_config`) come from the later datapath
+survey (docs/performance.md, "How the defaults got here").
 """
 
 from __future__ import annotations
@@ -46,8 +49,9 @@ def default_strategy(inst: Instance) -> str:
 
 
 # Copy engines beat the SM copy loop once every flow is this large (H200,
-# docs/perf/survey: 2 MiB flows 0.8-1.0x of SM unroll=4, 8 MiB flows 1.1-1.2x,
-# 32 MiB and up 99-102% of the floor against SM's 96%).
+# docs/perf/survey: with 2 MiB flows they ran at 0.8-1.0x the speed of SM
+# unroll=4; with 8 MiB flows 1.1-1.2x SM unroll=2; with 32 MiB and up at
+# 99-102% of the floor against SM unroll=4's 96%).
 CE_MIN_FLOW_BYTES = 4 << 20
 # Most channels the default gives a rank: one per flow it sends (all-to-all).
 _MAX_CHANNELS = 8

@@ -120,6 +120,7 @@ def test_bad_sweeps(capsys, tmp_path, text, needle):
         (["tune", "all-reduce", "--sweep", "nope"], "unknown sweep 'nope'"),
         (["tune", "all-reduce", "--sampler", "cmaes"], "unknown sampler 'cmaes'"),
         (["tune", "all-reduce", "--trials", "0"], "--trials must be >= 1"),
+        (["tune", "all-reduce", "--confirm", "-1"], "--confirm must be >= 0 rounds"),
         (["tune", "all-reduce", "--dtype", "float8"], "unknown dtype 'float8'"),
         (["tune", "all-reduce", "--gpus", "0,1"], "--gpus needs the cupy backend"),
         (["tune", "all-reduce", "--sizes", "8,lots"], "--sizes"),
