@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from purlin_bench.dtypes import count_wrong, reduction_tolerance, resolve_dtype, random_inputs
+from purlin_bench.dtypes import count_wrong, random_inputs, reduction_tolerance, resolve_dtype
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
 

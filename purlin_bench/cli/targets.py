@@ -9,6 +9,7 @@ from typing import Sequence
 from purlin_bench.errors import PurlinError
 from purlin_bench.spec.loader import CollectiveSpec, load_all_builtin, load_spec_file, resolve
 
+
 @dataclass(frozen=True)
 class Target:
     spec: CollectiveSpec

@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from purlin_bench.yamlfile import read_yaml
-
 from purlin_bench.errors import SpecError
 from purlin_bench.resources import data_dir
 from purlin_bench.spec.expr import Expr, ExprError, parse
+from purlin_bench.yamlfile import read_yaml
 
 BASE_NAMES = frozenset({"r", "R", "root"})
 OPS = ("copy", "reduce")

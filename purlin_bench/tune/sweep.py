@@ -36,14 +36,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from purlin_bench.yamlfile import read_yaml
-
 from purlin_bench.config import ExecParam
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PlanError, PurlinError
 from purlin_bench.resources import data_dir
 from purlin_bench.strategies import STRATEGIES
 from purlin_bench.tune.space import CONTEXT_NAMES, Condition, ParamSpace, Space, datapath_params
+from purlin_bench.yamlfile import read_yaml
 
 _TOP_KEYS = ("name", "description", "sizes", "dtypes", "ranks", "trials", "space")
 _SPACE_KEYS = ("strategy", "params")
