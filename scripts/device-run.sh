@@ -66,13 +66,11 @@ step_tune() {  # the committed H200 plans: every collective, float32 and bfloat1
       --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -13
   done
 }
-step_bench-plan() {  # tuned plans against the untuned default, same run
+step_bench-plan() {  # tuned plans against the untuned default, timed side by side in one process
   for d in ${PLAN_DTYPES:-float32 bfloat16}; do
     for c in ${BENCH_PLAN-all-reduce all-gather reduce-scatter all-to-all}; do
-      for how in "--strategy auto" "--plan auto"; do
-        tag=$(echo "$how" | tr -d ' -')
-        timeout 25 purlin bench $c -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace $how --json "$OUT/cmp-$c-$d-$tag.json" 2>&1 | grep -E "^# (Speed|Avg)" | sed "s/^/$c $d $tag /"
-      done
+      timeout 40 purlin bench $c -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace --plan auto --baseline cupy,default \
+        --json "$OUT/cmp-$c-$d.json" 2>&1 | grep -E "^# (Speed|Avg)" | sed "s/^/$c $d /"
     done
   done
 }

@@ -129,7 +129,7 @@ def test_plot_draws_a_png_from_bench_json(capsys, tmp_path):
         (["all-reduce", "-d", "float8"], "unknown dtype 'float8'"),
         (["all-reduce", "-o", "avg"], "unknown reduction 'avg'"),
         (["all-reduce", "-n", "0"], "--iters must be >= 1"),
-        (["all-reduce", "--baseline", "mpi"], "unknown baseline 'mpi'"),
+        (["all-reduce", "--baseline", "mpi"], "unknown baseline 'mpi' (known: auto, cupy, nccl, default, none)"),
         (["gather", "--ranks", "4", "-r", "4"], "--root 4 is out of range for 4 ranks"),
         (["teleport"], "teleport"),
         (["all-reduce", "--strategy", "tree"], "unknown strategy 'tree'"),
@@ -159,3 +159,27 @@ def test_exact_inputs_make_every_dtype_exact(capsys, tmp_path):
         (row,) = data["results"]
         assert row["type"] == dtype and row["out_of_place"]["nwrong"] == 0 and row["in_place"]["nwrong"] == 0
     assert np.isfinite(row["out_of_place"]["time"])
+
+
+def test_default_as_a_baseline_rates_a_configuration_in_the_same_run(capsys, tmp_path):
+    data = bench_json(capsys, tmp_path, "all-reduce", "-b", 64, "-e", 4096, "-f", 64, "--ranks", 4, "--strategy", "ring", "--baseline", "default")
+    assert len(data["results"]) == 2
+    for row in data["results"]:
+        assert row["strategy"].startswith("ring") and set(row["baselines"]) == {"numpy", "default"}
+        assert row["speedup"]["default"] == pytest.approx(row["baselines"]["default"] / row["out_of_place"]["time"])
+
+
+def test_a_wrong_default_is_an_error_not_a_baseline(capsys, tmp_path, monkeypatch):
+    from purlin_bench.executors import numpy_exec
+
+    honest = numpy_exec.NumpyRunner.run
+
+    def two_shot_is_broken(self, inputs):
+        outs = honest(self, inputs)
+        if self.program.strategy == "two-shot":  # the default of all-reduce
+            outs[0] = outs[0] + 1
+        return outs
+
+    monkeypatch.setattr(numpy_exec.NumpyRunner, "run", two_shot_is_broken)
+    code, _, err = purlin(capsys, "bench", "all-reduce", "-b", 64, "-e", 64, "--ranks", 2, "--strategy", "ring", "--baseline", "default", "--backend", "numpy", "-n", 1, "-w", 0, "-G", 1)
+    assert_one_line_error(code, err, "the default configuration two-shot(channels=1, slice_bytes=0) gave 16 wrong elements")

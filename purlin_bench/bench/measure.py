@@ -20,6 +20,8 @@ from purlin_bench.bench.nccl_baseline import NCCL_COLLECTIVES, NcclBaseline
 from purlin_bench.bench.roofline import Bandwidth
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import count_wrong, resolve_dtype
+from purlin_bench.errors import ExecutionError
+from purlin_bench.heuristics import default_config
 from purlin_bench.planner import plan
 from purlin_bench.spec.instance import Instance
 
@@ -89,8 +91,15 @@ def _sets_for(program) -> int:
     return int(min(_MAX_SETS, max(1, -(-_ROTATE_BYTES // max(1, per_set)))))
 
 
+# Not a baseline a user would write, but what a tuned plan replaces: the
+# untuned default (`--strategy auto`), checked and timed in the same process
+# as the configuration under test, so "vs default" is a same-run ratio.
+DEFAULT = "default"
+
+
 class GpuMeasurer:
-    """Measures on the cupy backend; baselines: cupy (virtual ranks), nccl (one rank per GPU)."""
+    """Measures on the cupy backend; baselines: cupy (virtual ranks), nccl (one
+    rank per GPU) and ``default`` (the untuned default configuration)."""
 
     def __init__(self, executor, options: BenchOptions, bandwidth: Bandwidth | None):
         self.executor, self.options, self.bandwidth = executor, options, bandwidth
@@ -125,6 +134,8 @@ class GpuMeasurer:
         if "nccl" in o.baselines and not runner.world.fused and inst.spec.name in NCCL_COLLECTIVES:
             nccl = NcclBaseline(inst, runner, dtype, program.redop)
             baselines["nccl"] = time_calls(lambda target, i: nccl(target, i % sets), runner.main_stream(), device, o.iters, o.warmup, o.reps, o.graph).median_us
+        if DEFAULT in o.baselines:
+            baselines[DEFAULT] = self._default_time(inst, dtype, redop, runner.world.fused, inputs, expected, sets)
         in_place = None
         if o.inplace and inst.inplace_refusal() is None:
             ip_program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace=True)
@@ -137,6 +148,23 @@ class GpuMeasurer:
             in_place = _side(inst, size, ip_time.median_us, ip_wrong)
         floor = self.bandwidth.floor_us(inst, size) if self.bandwidth else None
         return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", inst.root, config.text(), config.to_dict(), _side(inst, size, oop.median_us, nwrong), in_place, baselines, floor)
+
+
+    def _default_time(self, inst: Instance, dtype: str, redop: str | None, fused: bool, inputs, expected, sets: int) -> float:
+        o = self.options
+        config = default_config(inst, "cupy", fused)
+        program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params))
+        runner = self.executor.prepare(program, sets=sets, **dict(config.exec_params))
+        for slot in range(sets):
+            runner.write_inputs(inputs, slot)
+        if o.check:
+            _refuse_wrong_default(config, run_and_count_wrong(runner, expected))
+        return runner.time(o.iters, o.warmup, o.reps, o.graph).median_us
+
+
+def _refuse_wrong_default(config: RunConfig, wrong: int) -> None:
+    if wrong:
+        raise ExecutionError(f"the default configuration {config.text()} gave {wrong} wrong elements: a bug, please report it")
 
 
 class NumpyMeasurer:
@@ -175,4 +203,10 @@ class NumpyMeasurer:
         oop = side(program)
         in_place = side(plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace=True)) if o.inplace and inst.inplace_refusal() is None else None
         baselines = {"numpy": self._time(lambda: reference.run(inputs))} if "numpy" in o.baselines else {}
+        if DEFAULT in o.baselines:
+            default = default_config(inst, "numpy")
+            runner = self.executor.prepare(plan(inst, default.strategy, dtype, redop, dict(default.plan_params)))
+            if o.check:
+                _refuse_wrong_default(default, sum(count_wrong(a, b, None) for a, b in zip(runner.run(inputs), expected)))
+            baselines[DEFAULT] = self._time(lambda: runner.run(inputs))
         return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", inst.root, config.text(), config.to_dict(), oop, in_place, baselines, None)

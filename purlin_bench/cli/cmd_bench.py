@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from purlin_bench.bench.env import environment
-from purlin_bench.bench.measure import BenchOptions, GpuMeasurer, NumpyMeasurer
+from purlin_bench.bench.measure import DEFAULT, BenchOptions, GpuMeasurer, NumpyMeasurer
 from purlin_bench.bench.report import summary, table, write_csv, write_json
 from purlin_bench.bench.run import Choice, configs_for, instances
 from purlin_bench.bench.sizes import sweep
@@ -39,7 +39,7 @@ def bench(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="one rank per GPU: '0,1,2,3' or 'all'"),
     strategy: str = typer.Option("auto", "--strategy", help="a strategy, 'auto' (untuned default) or 'all'"),
     plan: Optional[str] = typer.Option(None, "--plan", help="a tuned plan file, or 'auto' to find one for this GPU"),
-    baseline: str = typer.Option("auto", "--baseline", help="comma list: cupy (virtual ranks), nccl (--gpus), none; auto picks by layout"),
+    baseline: str = typer.Option("auto", "--baseline", help="comma list: cupy (virtual ranks), nccl (--gpus), default (the untuned --strategy auto, to rate a --plan), none; auto picks cupy or nccl by layout"),
     inplace: bool = typer.Option(True, "--inplace/--no-inplace", help="also measure in place"),
     backend: str = typer.Option("auto", "--backend", help="auto|cupy|numpy"),
     channels: Optional[int] = typer.Option(None, "--channels", help="override: channels per rank"),
@@ -65,15 +65,14 @@ def bench(
     if iters < 1 or warmup < 0 or cudagraph < 0:
         raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
     names = common.name_list(baseline)
-    if names == ["auto"]:
-        names = ["nccl"] if devices else ["cupy"]
-    baselines = tuple(b for b in names if b != "none")
+    names = [n for b in names for n in ((["nccl"] if devices else ["cupy"]) if b == "auto" else [b])]
+    baselines = tuple(dict.fromkeys(b for b in names if b != "none"))
     for b in baselines:
-        if b not in ("cupy", "nccl"):
-            raise PurlinError(f"unknown baseline '{b}' (known: cupy, nccl, none)")
+        if b not in ("cupy", "nccl", DEFAULT):
+            raise PurlinError(f"unknown baseline '{b}' (known: auto, cupy, nccl, default, none)")
     specs = load_all_builtin() if collective == "all" else [resolve(collective)]
     choice = _choice(strategy, plan, channels, slice_bytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_name, n_ranks, dtype)
-    options = BenchOptions(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0, check=bool(check), inplace=inplace, baselines=baselines if backend_name == "cupy" else ("numpy",))
+    options = BenchOptions(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0, check=bool(check), inplace=inplace, baselines=baselines if backend_name == "cupy" else ("numpy", *(b for b in baselines if b == DEFAULT)))
     if backend_name == "cupy":
         from purlin_bench.bench.roofline import measure_copy_bandwidth
 
