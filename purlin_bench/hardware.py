@@ -19,7 +19,7 @@ from __future__ import annotations
 import platform
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Sequence
 
 from purlin_bench.errors import PurlinError
 
@@ -81,6 +81,12 @@ def gpu_type_slug(name: str) -> str:
         return tokens[0]
     # No model token first (RTX 4090, RTX A6000): keep the first two words.
     return "-".join(tokens[:2])
+
+
+def one_gpu(gpus: Sequence[int] | None) -> bool:
+    """Every rank on one GPU (virtual ranks, or ``--gpus`` naming one device):
+    the layout one fused launch runs, and the one the copy-engine datapath needs."""
+    return not gpus or len(set(gpus)) <= 1
 
 
 def layout_slug(ranks: int, gpus: int, peer_access: bool) -> str:

@@ -20,6 +20,7 @@ from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import ExecutionError, PurlinError
 from purlin_bench.executors import get_executor, gpu_available
+from purlin_bench.hardware import one_gpu
 from purlin_bench.planner import plan
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance, instantiate
@@ -73,7 +74,7 @@ class Session:
     @property
     def fused(self) -> bool:
         """Every rank on one GPU (virtual ranks): one launch runs them all."""
-        return not self.gpus or len(set(self.gpus)) == 1
+        return one_gpu(self.gpus)
 
     def describe(self) -> str:
         if self.backend == "numpy":

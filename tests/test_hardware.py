@@ -116,3 +116,10 @@ def test_differences_name_what_differs():
     diffs = here.differences(other)
     assert any("GPU type h200" in d and "a100" in d for d in diffs)
     assert any("rank layout 8vr vs nvlink-8" in d for d in diffs)
+
+
+def test_one_gpu_means_every_rank_in_one_launch():
+    from purlin_bench.hardware import one_gpu
+
+    assert one_gpu(None) and one_gpu(()) and one_gpu((3,)) and one_gpu((2, 2))
+    assert not one_gpu((0, 1))

@@ -149,7 +149,6 @@ class GpuMeasurer:
         floor = self.bandwidth.floor_us(inst, size) if self.bandwidth else None
         return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", inst.root, config.text(), config.to_dict(), _side(inst, size, oop.median_us, nwrong), in_place, baselines, floor)
 
-
     def _default_time(self, inst: Instance, dtype: str, redop: str | None, fused: bool, inputs, expected, sets: int) -> float:
         o = self.options
         config = default_config(inst, "cupy", fused)

@@ -15,6 +15,7 @@ from purlin_bench.cli import common
 from purlin_bench.dtypes import REDOPS, resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.executors import get_executor
+from purlin_bench.hardware import one_gpu
 from purlin_bench.session import resolve_backend
 from purlin_bench.spec.loader import load_all_builtin, resolve
 
@@ -104,7 +105,7 @@ def bench(
             spec_records = []
             for size, inst in items:
                 progress.update(task, description=f"{spec.name} {size} B")
-                for config in configs_for(inst, size, choice, backend_name, fused=not devices or len(set(devices)) == 1):
+                for config in configs_for(inst, size, choice, backend_name, fused=one_gpu(devices)):
                     spec_records.append(measurer.measure(inst, config, dtype, op if spec.op == "reduce" else None))
                 progress.advance(task)
             records.extend(spec_records)

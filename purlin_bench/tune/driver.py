@@ -20,7 +20,7 @@ from pathlib import Path
 import purlin_bench
 from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
-from purlin_bench.hardware import Fingerprint, detect
+from purlin_bench.hardware import Fingerprint, detect, one_gpu
 from purlin_bench.heuristics import default_config
 from purlin_bench.planner import applicable
 from purlin_bench.session import Session
@@ -156,7 +156,7 @@ class _JobTuning:
             space=space,
             context={"op": inst.op, "collective": job.spec.name, "dtype": job.dtype, "ranks": job.ranks, "backend": request.backend},
             normalize=partial(effective_config, exec_params=backend_exec_params(request.backend)),
-            default=default_config(inst, request.backend, fused=not request.gpus or len(set(request.gpus)) == 1),
+            default=default_config(inst, request.backend, fused=one_gpu(request.gpus)),
             previous=self.previous.get(bucket.min_bytes),
         )
         self.reporter.study_started(name)

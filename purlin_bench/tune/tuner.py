@@ -31,7 +31,6 @@ tested with fakes, and the same code drives the numpy reference and the GPU
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import statistics
@@ -386,11 +385,11 @@ def _outcome(spec: StudySpec, trials: list[Any], settings: TuneSettings, objecti
 
     counted = [_result(t) for t in sorted(trials, key=lambda t: t.number) if is_counted(t)]
     complete = [r for r in counted if r.time_us is not None and r.config is not None]
-    ranked, seen = [], set()
+    ranked: list[TrialResult] = []
+    seen: set[RunConfig] = set()
     for r in sorted(complete, key=lambda r: (r.time_us, r.number)):
-        key = json.dumps(r.config.to_dict(), sort_keys=True)
-        if key not in seen:
-            seen.add(key)
+        if r.config not in seen:
+            seen.add(r.config)
             ranked.append(r)
     best = ranked[0] if ranked else None
     default_config = spec.normalize(spec.default) if spec.default else None
