@@ -26,8 +26,6 @@ survey (docs/performance.md, "How the defaults got here").
 
 from __future__ import annotations
 
-from collections import Counter
-
 from purlin_bench.config import RunConfig
 from purlin_bench.planner import applicable
 from purlin_bench.spec.instance import Instance
@@ -68,7 +66,7 @@ def default_config(inst: Instance, backend: str = "cupy", fused: bool = True) ->
     if strategy == "push" and copy:
         # A rank sending several flows gives each its own channel, so they
         # run side by side rather than as a chain of ops.
-        sent = max(Counter(f.sources[0].rank for f in inst.flows).values(), default=1)
+        sent = max(inst.flows_sent().values(), default=1)
         plan_params["channels"] = max(1, min(_MAX_CHANNELS, sent))
     if backend == "cupy" and copy:
         # Copies have no reduction's loads to batch: 4 vectors in flight

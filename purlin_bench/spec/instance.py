@@ -17,6 +17,7 @@ How ``count`` maps to chunks (as in NCCL, any positive count works):
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -82,6 +83,11 @@ class Instance:
     @property
     def out_counts(self) -> tuple[int, ...]:
         return tuple(sum(p.count for _, p in layout) for layout in self.outputs)
+
+    def flows_sent(self) -> Counter[int]:
+        """How many flows each rank sends (a flow is sent by its first
+        source's rank): what push slices by and the default sizes channels by."""
+        return Counter(flow.sources[0].rank for flow in self.flows)
 
     def sources_of(self, key: ChunkKey) -> list[Place]:
         return [p for layout in self.inputs for k, p in layout if k == key]

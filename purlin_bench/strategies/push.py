@@ -5,15 +5,13 @@ locally once the producers' data notifies arrive."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 from purlin_bench.program.model import Consume, Notify, Stage
 from purlin_bench.strategies.base import Builder, Strategy, data_op, in_ref, out_ref, slices
 
 
 def emit(b: Builder, params: dict[str, int]) -> None:
     turn = [0] * b.inst.ranks
-    sent = Counter(flow.sources[0].rank for flow in b.inst.flows)
+    sent = b.inst.flows_sent()
     for flow in b.inst.flows:
         size = b.slice_elems(params["slice_bytes"], flow.count, b.pieces_per_flow(sent[flow.sources[0].rank]))
         consumers: dict[int, list] = {}
