@@ -65,6 +65,12 @@ SETS = {
         "gather:float32:4M,64M:push", "gather:float32:4M,64M:push:datapath=ce",
         "scatter:float32:4M,64M:direct", "scatter:float32:4M,64M:push:datapath=ce",
     ],
+    # Latency: the defaults and the tuned plans' 64 KiB pick (copy engines), beside --launch-floor.
+    "latency": [
+        f"{c}:float32:16,4K,64K:{st}{x}"
+        for c, st in (("all-reduce", "two-shot"), ("all-gather", "push:unroll=4"), ("reduce-scatter", "direct"), ("all-to-all", "push:channels=8,unroll=4"))
+        for x in ("", ",datapath=ce" if ":" in st else ":datapath=ce")
+    ],
     # The load qualifier, on one copy and two reductions (run with --ld-hint).
     "hint": [f"all-to-all:float32:{BIG}:push", f"all-reduce:float32:{BIG}:two-shot", f"reduce-scatter:float32:{BIG}:direct"],
 }
@@ -95,6 +101,23 @@ def use_load_hint(hint: str) -> None:
     atoms.snac_kernel.cache_clear()
 
 
+def launch_floor(iters: int, reps: int) -> dict[str, float]:
+    """Microseconds per call of kernels that do nothing, replayed from a CUDA
+    graph the way the benchmark replays collectives: what no configuration
+    of a one-launch collective can beat at small sizes."""
+    import cupy
+
+    from purlin_bench.executors.cupy_timing import time_calls
+
+    nop = cupy.RawKernel('extern "C" __global__ void nop(int* p) { if (p && threadIdx.x == 1024) p[0] = 0; }', "nop")
+    stream = cupy.cuda.Stream(non_blocking=True)
+    floor = {}
+    for grid, threads in ((1, 32), (8, 512), (132, 512)):
+        enqueue = lambda s, i, g=grid, t=threads: nop((g,), (t,), (0,), stream=s)  # noqa: E731
+        floor[f"empty kernel {grid}x{threads}"] = time_calls(enqueue, stream, 0, iters, 2, reps, graph=True).median_us
+    return floor
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", action="append", default=[], choices=sorted(SETS))
@@ -104,6 +127,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ld-hint", default="")
     ap.add_argument("--auto-block-bytes", type=int, default=0, help="bytes per block of the automatic block count")
+    ap.add_argument("--launch-floor", action="store_true", help="also time empty kernels from a graph (the small-size floor)")
     ap.add_argument("--json")
     args = ap.parse_args()
     if args.ld_hint:
@@ -116,6 +140,9 @@ def main() -> int:
     executor = get_executor("cupy")
     bandwidth = measure_copy_bandwidth((0,))
     print(f"# copy bandwidth {bandwidth.bytes_per_s / 1e12:.3f} TB/s; ld hint '{args.ld_hint}'; auto block bytes {args.auto_block_bytes or 'default'}", flush=True)
+    if args.launch_floor:
+        for what, us in launch_floor(args.iters, args.reps).items():
+            print(f"# {what}: {us:.2f} us per call (graph replay)", flush=True)
     measurer = GpuMeasurer(executor, BenchOptions(iters=args.iters, warmup=2, reps=args.reps, inplace=False), bandwidth)
     rows = []
     print(f"{'collective':15} {'dtype':9} {'size':>11} {'config':50} {'us':>10} {'cupy us':>10} {'x cupy':>7} {'%floor':>7} {'wrong':>5}", flush=True)

@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env tests survey survey-mid check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env tests survey survey-mid latency check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -34,6 +34,9 @@ step_survey-mid() {  # the automatic block count and the copy-engine threshold a
     timeout 70 python3 scripts/datapath_survey.py --set mid --auto-block-bytes $b --json "$OUT/mid-$b.json" 2>&1 | tee -a "$OUT/survey-mid.log"
   done
   timeout 70 python3 scripts/datapath_survey.py --set ce --auto-block-bytes 32768 --json "$OUT/ce.json" 2>&1 | tee -a "$OUT/survey-mid.log"
+}
+step_latency() {  # small sizes: defaults and copy-engine variants beside empty kernels from a graph
+  timeout ${LATENCY_LIMIT:-90} python3 scripts/datapath_survey.py --set latency --launch-floor --iters 20 --reps 5 --json "$OUT/latency.json" 2>&1 | tee "$OUT/latency.log"
 }
 step_check() {
   timeout 300 purlin check all --backend cupy --ranks 1,2,3,4,5,8 --strategy all --dtype float32,float16,bfloat16,int32 --count 1,1001,65536 --root all 2>&1 | tee "$OUT/check.log" | tail -25
@@ -70,7 +73,7 @@ step_bench-plan() {  # tuned plans against the untuned default, timed side by si
   for d in ${PLAN_DTYPES:-float32 bfloat16}; do
     for c in ${BENCH_PLAN-all-reduce all-gather reduce-scatter all-to-all}; do
       timeout 40 purlin bench $c -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace --plan auto --baseline cupy,default \
-        --json "$OUT/cmp-$c-$d.json" 2>&1 | grep -E "^# (Speed|Avg)" | sed "s/^/$c $d /"
+        --json "$OUT/cmp-$c-$d.json" 2>&1 | tee "$OUT/cmp-$c-$d.log" | grep -E "^# (Speed|Avg)|rror" | sed "s/^/$c $d /"
     done
   done
 }
