@@ -21,6 +21,7 @@ from purlin_bench.bench.roofline import Bandwidth
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import count_wrong, resolve_dtype
 from purlin_bench.errors import ExecutionError
+from purlin_bench.executors.cupy_timing import Candidate, time_calls, time_side_by_side
 from purlin_bench.heuristics import default_config
 from purlin_bench.planner import plan
 from purlin_bench.spec.instance import Instance
@@ -119,23 +120,24 @@ class GpuMeasurer:
         for slot in range(1, sets):
             runner.write_inputs(inputs, slot)
         device = runner.world.devices[0]
-        oop = runner.time(o.iters, o.warmup, o.reps, o.graph)
-        baselines = {}
+        # The configuration and the same-GPU baselines take turns batch by
+        # batch (cupy_timing), so their ratios hold on a drifting machine.
+        candidates = {"config": runner.candidate()}
         if baseline is not None:
-            from purlin_bench.executors.cupy_timing import time_calls
-
-            stream = runner.main_stream()
 
             def enqueue(target, i: int) -> None:
                 with target:
                     baseline(i % sets)
 
-            baselines["cupy"] = time_calls(enqueue, stream, device, o.iters, o.warmup, o.reps, o.graph).median_us
+            candidates["cupy"] = Candidate(enqueue, runner.main_stream())
+        if DEFAULT in o.baselines:
+            candidates[DEFAULT] = self._default_runner(inst, dtype, redop, runner.world.fused, inputs, expected, sets).candidate()
+        times = dict(zip(candidates, time_side_by_side(list(candidates.values()), device, o.iters, o.warmup, o.reps, o.graph)))
+        oop = times.pop("config")
+        baselines = {name: t.median_us for name, t in times.items()}
         if "nccl" in o.baselines and not runner.world.fused and inst.spec.name in NCCL_COLLECTIVES:
             nccl = NcclBaseline(inst, runner, dtype, program.redop)
             baselines["nccl"] = time_calls(lambda target, i: nccl(target, i % sets), runner.main_stream(), device, o.iters, o.warmup, o.reps, o.graph).median_us
-        if DEFAULT in o.baselines:
-            baselines[DEFAULT] = self._default_time(inst, dtype, redop, runner.world.fused, inputs, expected, sets)
         in_place = None
         if o.inplace and inst.inplace_refusal() is None:
             ip_program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace=True)
@@ -149,16 +151,16 @@ class GpuMeasurer:
         floor = self.bandwidth.floor_us(inst, size) if self.bandwidth else None
         return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", inst.root, config.text(), config.to_dict(), _side(inst, size, oop.median_us, nwrong), in_place, baselines, floor)
 
-    def _default_time(self, inst: Instance, dtype: str, redop: str | None, fused: bool, inputs, expected, sets: int) -> float:
-        o = self.options
+    def _default_runner(self, inst: Instance, dtype: str, redop: str | None, fused: bool, inputs, expected, sets: int):
+        """The untuned default, prepared on the same inputs and checked."""
         config = default_config(inst, "cupy", fused)
         program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params))
         runner = self.executor.prepare(program, sets=sets, **dict(config.exec_params))
         for slot in range(sets):
             runner.write_inputs(inputs, slot)
-        if o.check:
+        if self.options.check:
             _refuse_wrong_default(config, run_and_count_wrong(runner, expected))
-        return runner.time(o.iters, o.warmup, o.reps, o.graph).median_us
+        return runner
 
 
 def _refuse_wrong_default(config: RunConfig, wrong: int) -> None:

@@ -21,7 +21,7 @@ from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import ExecutionError, WatchdogTimeout
 from purlin_bench.executors.atoms import snac_kernel
 from purlin_bench.executors.cupy_lower import Lowered, buffer_index, lower
-from purlin_bench.executors.cupy_timing import time_calls
+from purlin_bench.executors.cupy_timing import Candidate, time_side_by_side
 from purlin_bench.executors.cupy_world import World
 from purlin_bench.program.model import FlagRef, Program, Ref
 from purlin_bench.timing import Timing
@@ -326,9 +326,8 @@ class CupyRunner:
         self.check_status()
         return self.read_outputs()
 
-    def time(self, iters: int = 20, warmup: int = 5, reps: int = 5, graph: bool = True) -> Timing:
-        """Median microseconds per call (see cupy_timing), cycling the buffer sets."""
-        stream = self.main_stream()
+    def candidate(self):
+        """This runner as a timing candidate (cupy_timing), cycling the buffer sets."""
 
         def enqueue(target, i: int) -> None:
             self.launch(target, i % self.sets)
@@ -337,7 +336,11 @@ class CupyRunner:
             self.synchronize()
             self.check_status()
 
-        return time_calls(enqueue, stream, self.world.devices[0], iters, warmup, reps, graph, after=settle)
+        return Candidate(enqueue, self.main_stream(), settle)
+
+    def time(self, iters: int = 20, warmup: int = 5, reps: int = 5, graph: bool = True) -> Timing:
+        """Median microseconds per call (see cupy_timing), cycling the buffer sets."""
+        return time_side_by_side([self.candidate()], self.world.devices[0], iters, warmup, reps, graph)[0]
 
 
 class CupyExecutor:

@@ -1,50 +1,91 @@
 """Time device work the way the field does: CUDA events around batches of
-calls, each batch one CUDA graph replay (or eager launches), median of batches."""
+calls, each batch one CUDA graph replay (or eager launches), median of batches.
+
+Several candidates timed together take their batches in turn (A B A B ...):
+on a shared GPU the clocks and the neighbours' load drift over seconds, and
+timing one candidate after the other puts that drift into their ratio (the
+same configuration measured twice in one process differed by up to 3.4%).
+"""
 
 from __future__ import annotations
 
 import statistics
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 from purlin_bench.timing import Timing
 
 
-def time_calls(enqueue: Callable[[object, int], None], stream, device: int, iters: int, warmup: int, reps: int, graph: bool, after: Callable[[], None] | None = None) -> Timing:
-    """``enqueue(stream, i)`` puts call ``i`` on ``stream``. Returns microseconds
-    per call: the median over ``reps`` batches of ``iters`` calls."""
-    import cupy
+@dataclass(frozen=True)
+class Candidate:
+    """``enqueue(stream, i)`` puts call ``i`` on ``stream``; ``after`` runs
+    once the candidate's warm-up and its last batch are done (status checks)."""
 
+    enqueue: Callable[[object, int], None]
+    stream: object
+    after: Callable[[], None] | None = None
+
+
+def take_turns(batches: Sequence[Callable[[], float]], reps: int) -> list[list[float]]:
+    """``reps`` samples of every batch, the batches taking turns; sample ``k``
+    of every candidate is taken before sample ``k + 1`` of any."""
+    samples: list[list[float]] = [[] for _ in batches]
+    for _ in range(reps):
+        for mine, batch in zip(samples, batches):
+            mine.append(batch())
+    return samples
+
+
+def time_side_by_side(candidates: Sequence[Candidate], device: int, iters: int, warmup: int, reps: int, graph: bool) -> list[Timing]:
+    """Microseconds per call of each candidate: the median over ``reps``
+    batches of ``iters`` calls, the candidates' batches interleaved."""
     if iters < 1 or reps < 1:
         raise ValueError("iters and reps must be at least 1")
-
-    def batch() -> None:
-        for i in range(iters):
-            enqueue(stream, i)
+    import cupy
 
     with cupy.cuda.Device(device):
-        if graph:
-            stream.begin_capture()
-            try:
-                batch()
-            finally:
-                captured = stream.end_capture()
-            replay = lambda: captured.launch(stream)  # noqa: E731
-        else:
-            replay = batch
-        for _ in range(max(0, warmup)):
-            replay()
-        stream.synchronize()
-        if after:
-            after()
+        replays = [_replay(c, iters, graph) for c in candidates]
+        for c, replay in zip(candidates, replays):
+            for _ in range(max(0, warmup)):
+                replay()
+            c.stream.synchronize()
+            if c.after:
+                c.after()
         begin, end = cupy.cuda.Event(), cupy.cuda.Event()
-        samples = []
-        for _ in range(reps):
-            begin.record(stream)
-            replay()
-            end.record(stream)
-            end.synchronize()
-            samples.append(cupy.cuda.get_elapsed_time(begin, end) * 1e3 / iters)
+
+        def batch_of(c: Candidate, replay: Callable[[], None]) -> Callable[[], float]:
+            def batch() -> float:
+                begin.record(c.stream)
+                replay()
+                end.record(c.stream)
+                end.synchronize()
+                return cupy.cuda.get_elapsed_time(begin, end) * 1e3 / iters
+
+            return batch
+
+        samples = take_turns([batch_of(c, r) for c, r in zip(candidates, replays)], reps)
         cupy.cuda.Device(device).synchronize()
-    if after:
-        after()
-    return Timing(statistics.median(samples), tuple(samples))
+    for c in candidates:
+        if c.after:
+            c.after()
+    return [Timing(statistics.median(s), tuple(s)) for s in samples]
+
+
+def time_calls(enqueue: Callable[[object, int], None], stream, device: int, iters: int, warmup: int, reps: int, graph: bool, after: Callable[[], None] | None = None) -> Timing:
+    """One candidate: ``enqueue(stream, i)`` puts call ``i`` on ``stream``."""
+    return time_side_by_side([Candidate(enqueue, stream, after)], device, iters, warmup, reps, graph)[0]
+
+
+def _replay(c: Candidate, iters: int, graph: bool) -> Callable[[], None]:
+    def batch() -> None:
+        for i in range(iters):
+            c.enqueue(c.stream, i)
+
+    if not graph:
+        return batch
+    c.stream.begin_capture()
+    try:
+        batch()
+    finally:
+        captured = c.stream.end_capture()
+    return lambda: captured.launch(c.stream)
