@@ -126,6 +126,28 @@ def test_graph_replays_stay_correct(executor):
                 assert result.wrong == 0, f"{strategy}: replay {replay} wrong: {result}"
 
 
+def test_a_runner_keeps_its_buffers_when_a_later_one_needs_them_larger():
+    """A ring all-reduce's scratch is smaller than push's: preparing push in
+    the same world replaces the scratch buffers. The ring runner must still
+    run correctly, on memory no one else was handed (a freed block would go
+    to the next allocation of that size, here ``bystander``)."""
+    import cupy
+
+    from purlin_bench.executors.cupy_exec import CupyExecutor
+
+    executor = CupyExecutor(timeout_s=5.0)
+    inst = instantiate(load_builtin("all-reduce"), 4, 4096, 4)
+    ring = executor.prepare(plan(inst, "ring", "float32"))
+    scratch = ring.array(0, "scratch")
+    executor.prepare(plan(inst, "push", "float32"))
+    assert ring.program.scratch_count < plan(inst, "push", "float32").scratch_count
+    with cupy.cuda.Device(0):
+        bystander = cupy.full(scratch.size, 7, dtype=cupy.float32)
+    result = check_program(inst, ring.program, ring, seed=3, calls=2)
+    assert result.wrong == 0, result
+    assert int((bystander != 7).sum()) == 0, "the ring runner wrote into memory it had given back"
+
+
 def test_missing_notify_times_out_and_names_the_wait(executor):
     """Drop the notify of a ring's last hop: only its consumer starves, so the
     watchdog must name exactly that rank, step and flag, and leave the process

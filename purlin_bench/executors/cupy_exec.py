@@ -20,7 +20,7 @@ from purlin_bench.config import ExecParam
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import ExecutionError, WatchdogTimeout
 from purlin_bench.executors.atoms import snac_kernel
-from purlin_bench.executors.cupy_lower import Lowered, buffer_index, lower
+from purlin_bench.executors.cupy_lower import OP_REDUCE, Lowered, buffer_index, lower
 from purlin_bench.executors.cupy_timing import Candidate, time_side_by_side
 from purlin_bench.executors.cupy_world import World
 from purlin_bench.program.model import FlagRef, Program, Ref
@@ -42,6 +42,11 @@ PARAMS = (
     ExecParam("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines (cudaMemcpyAsync)"),
     ExecParam("unroll", 2, choices=(1, 2, 4), help="16-byte vectors in flight per thread"),
 )
+
+
+def copies_only(lowered: Sequence[Lowered]) -> bool:
+    """Whether no device op reduces: such programs run the copy-only kernel."""
+    return not any((low.ops["op"] == OP_REDUCE).any() for low in lowered)
 
 
 def _np_storage(dtype: np.dtype) -> np.dtype:
@@ -96,9 +101,11 @@ class CupyRunner:
 
         launch_ranks = [list(range(R))] if world.fused else [[r] for r in range(R)]
         lowered = [lower(program, ranks, world.fused, datapath, flag_address) for ranks in launch_ranks]
+        self.copy_only = copies_only(lowered)
         self.blocks = blocks or self._auto_blocks(lowered)
         self.launches = [_Launch(self, ranks, low) for ranks, low in zip(launch_ranks, lowered) if low.group_count or low.ce_copies]
         self._check_coresidency()
+        self._held: list[object] = []
         self.bases = [self._base_table(s) for s in range(self.sets)]
         self.ce_streams = {}
         self._main_stream = None
@@ -106,7 +113,7 @@ class CupyRunner:
     # -- setup ---------------------------------------------------------------
     def kernel(self, device: int):
         sys_scope = len(set(self.world.devices)) > 1
-        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, sys_scope)
+        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, sys_scope, self.copy_only)
 
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
         biggest = 0
@@ -157,6 +164,11 @@ class CupyRunner:
             for buf in ("in", "out", "scratch"):
                 rank, phys, offset = p.physical(Ref(r, buf, 0, 0))
                 base = self.world.buffer(slot, rank, phys, self._physical_bytes(rank, phys))
+                # Held, not just addressed: a later runner of this world may
+                # need it larger, and the world then replaces it; this
+                # runner's table must not point into freed memory (a bench
+                # keeps the default's runner beside the one under test).
+                self._held.append(base)
                 ptrs.append(base.data.ptr + offset * self.itemsize)
         table = np.array(ptrs, dtype=np.uint64)
         out = {}
@@ -255,7 +267,7 @@ class CupyRunner:
                 target.wait_event(start)
             args = (
                 launch.ops, launch.groups, table[launch.device], launch.epochs, launch.status, self.abort,
-                np.uint64(self.timeout_ns), np.int32(self.blocks),
+                np.uint64(self.timeout_ns), np.int32(self.blocks), np.int32(3 * self.program.ranks),
             )
             with cupy.cuda.Device(launch.device), target:
                 launch.kernel((launch.grid,), (self.threads,), args)
