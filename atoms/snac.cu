@@ -11,8 +11,9 @@
 // (CI's compile check) both build it. Compile with -DPURLIN_DTYPE=<0..4>
 // (float32, float64, float16, bfloat16, int32), -DPURLIN_REDOP=<0..3> (sum,
 // prod, max, min), -DPURLIN_UNROLL (vectors in flight per thread),
-// -DPURLIN_MAX_THREADS (block size bound) and -DPURLIN_SYS_SCOPE (0 when all
-// ranks share one GPU); the kernel is `snac_run`.
+// -DPURLIN_MAX_THREADS (block size bound), -DPURLIN_SYS_SCOPE (0 when all
+// ranks share one GPU) and -DPURLIN_COPY_ONLY (1 when no op reduces); the
+// kernel is `snac_run`.
 
 #ifndef PURLIN_DTYPE
 #define PURLIN_DTYPE 0
@@ -153,6 +154,35 @@ __device__ __forceinline__ u64 now_ns() {
     return t;
 }
 
+// A program with no reduction runs a kernel built without the reduce code
+// (PURLIN_COPY_ONLY=1): 72-95 registers instead of the cap of 128, and
+// small copies 1-5% faster on the H200 (docs/perf/survey/kernel-ab.log).
+#ifndef PURLIN_COPY_ONLY
+#define PURLIN_COPY_ONLY 0
+#endif
+#define IS_REDUCE(kind) (!PURLIN_COPY_ONLY && (kind) == OP_REDUCE)
+// Switches for scripts/kernel_ab.py, which times the kernel with and without
+// each of the small-message paths below; both are on.
+#ifndef PURLIN_SHORT_REDUCE
+#define PURLIN_SHORT_REDUCE 1
+#endif
+#ifndef PURLIN_SHARED_BASES
+#define PURLIN_SHARED_BASES 1
+#endif
+// Sources a small reduction loads per round (one vector or element each).
+// 1 (one load at a time, as before) where ptxas would spill at the
+// 128-register cap: float64, and 16-bit types below sm_90 (not measured on
+// those GPUs: we keep their code as it was rather than guess).
+#ifndef SHORT_BATCH
+#if PURLIN_DTYPE == 1 || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900 && (PURLIN_DTYPE == 2 || PURLIN_DTYPE == 3))
+#define SHORT_BATCH 1
+#else
+#define SHORT_BATCH 8
+#endif
+#endif
+// Three slice bases (in, out, scratch) per rank: 64 ranks in shared memory.
+#define MAX_SHARED_BASES 192
+
 // ---------------------------------------------------------------- data movement
 typedef Elem::S S;
 typedef Elem::A A;
@@ -172,11 +202,23 @@ __device__ __forceinline__ void load_vecs(Vec (&x)[U], const char* base, i64 hea
 
 // One element: copies move the stored bits untouched; reductions go through A.
 __device__ __forceinline__ void move_one(int kind, i64 i, int nsrc, int ndst, char* const* src, char* const* dst) {
-    S out = ld_one<S>((const S*)src[0] + i);
-    if (kind == OP_REDUCE) {
-        A a = Elem::up(out);
-        for (int s = 1; s < nsrc; ++s) a = combine<A>(a, Elem::up(ld_one<S>((const S*)src[s] + i)));
+    S out;
+    if (IS_REDUCE(kind)) {
+        // SHORT_BATCH sources' loads are issued before the first is combined:
+        // one memory round trip per element for 8 ranks, not one per source.
+        A a;
+        for (int s0 = 0; s0 < nsrc; s0 += SHORT_BATCH) {
+            S x[SHORT_BATCH];
+#pragma unroll
+            for (int j = 0; j < SHORT_BATCH; ++j)
+                if (s0 + j < nsrc) x[j] = ld_one<S>((const S*)src[s0 + j] + i);
+#pragma unroll
+            for (int j = 0; j < SHORT_BATCH; ++j)
+                if (s0 + j < nsrc) a = s0 + j == 0 ? Elem::up(x[j]) : combine<A>(a, Elem::up(x[j]));
+        }
         out = Elem::down(a);
+    } else {
+        out = ld_one<S>((const S*)src[0] + i);
     }
     for (int d = 0; d < ndst; ++d) ((S*)dst[d])[i] = out;
 }
@@ -205,15 +247,47 @@ __device__ __forceinline__ void combine_batch(A (&sum)[U][16 / sizeof(S)], const
     }
 }
 
+// A reduction with at most one vector per thread (small messages): the
+// sources' vectors are loaded SHORT_BATCH a round before any is combined, so
+// an 8-rank small all-reduce waits on memory once, not once per batch of
+// G = 8/U sources (0.2-0.9 us less at 16 B-64 KiB on the H200).
+__device__ __forceinline__ void reduce_one_vector(int nsrc, int ndst, char* const* src, char* const* dst, i64 at) {
+    A sum[16 / sizeof(S)];
+    Vec x[SHORT_BATCH];
+    for (int s0 = 0; s0 < nsrc; s0 += SHORT_BATCH) {
+#pragma unroll
+        for (int j = 0; j < SHORT_BATCH; ++j)
+            if (s0 + j < nsrc) x[j].u = ld_vec(src[s0 + j] + at);
+#pragma unroll
+        for (int j = 0; j < SHORT_BATCH; ++j) {
+            if (s0 + j >= nsrc) continue;
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) sum[e] = s0 + j == 0 ? Elem::up(x[j].s[e]) : combine<A>(sum[e], Elem::up(x[j].s[e]));
+        }
+    }
+    Vec out;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) out.s[e] = Elem::down(sum[e]);
+    for (int d = 0; d < ndst; ++d) st_vec(dst[d] + at, out.u);
+}
+
 template <int U, int G = SRC_BATCH(U)>
 __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst, char* const* src, char* const* dst, bool aligned16, int head, i64 tid, i64 stride) {
     if (aligned16) {
         // Elements before the first 16-byte boundary and after the last full vector go one by one.
         i64 nvec = (count - head) / VEC;
         i64 tail = head + nvec * VEC;
+#if PURLIN_SHORT_REDUCE && PURLIN_UNROLL == 2 && SHORT_BATCH > 1
+        // Only at U=2, the reductions' default: at U=1 the main loop already
+        // loads 8 sources a round, and at U=4 it leaves no registers for this
+        // path (ptxas spills).
+        if (IS_REDUCE(kind) && nvec <= stride) {
+            if (tid < nvec) reduce_one_vector(nsrc, ndst, src, dst, (head + tid * VEC) * (i64)sizeof(S));
+        } else
+#endif
         for (i64 v = tid; v < nvec; v += stride * U) {
             Vec out[U];
-            if (kind == OP_COPY) {
+            if (!IS_REDUCE(kind)) {
                 load_vecs<U>(out, src[0], head, v, stride, nvec);
             } else {
                 // Sources are loaded G at a time, all G*U vectors issued before
@@ -237,6 +311,9 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
 #pragma unroll
                     for (int e = 0; e < VEC; ++e) out[k].s[e] = Elem::down(sum[k][e]);
             }
+#if PURLIN_COPY_ONLY && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+#pragma unroll 1  // sm_100's ptxas unrolls this into a spill in the copy-only build
+#endif
             for (int d = 0; d < ndst; ++d) {
 #pragma unroll
                 for (int k = 0; k < U; ++k) {
@@ -270,7 +347,7 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
 
 extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOCKS) snac_run(
     const Op* __restrict__ ops, const Group* __restrict__ groups, char* const* __restrict__ bases,
-    u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns, int blocks_per_group) {
+    u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns, int blocks_per_group, int nbases) {
     // Shared state is double-buffered by op parity: a thread may start op o+1
     // while a slower one still reads op o's pointers, but never op o-1's (every
     // op passes one barrier), so op o+1 can reuse op o-1's half with no barrier.
@@ -285,6 +362,19 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
     const u64 target = epoch * (u64)B;
     const i64 tid = (i64)bi * blockDim.x + threadIdx.x;
     const i64 stride = (i64)B * blockDim.x;
+#if PURLIN_SHARED_BASES
+    // The slice base table, fetched while the group's first op is still
+    // being read: resolving an address is then a shared-memory lookup, one
+    // global round trip less on every op's critical path.
+    __shared__ char* s_bases[MAX_SHARED_BASES];
+    const bool shared_bases = nbases <= MAX_SHARED_BASES;
+    if (shared_bases)
+        for (int t = threadIdx.x; t < nbases; t += blockDim.x) s_bases[t] = bases[t];
+    __syncthreads();
+    char* const* base_of = shared_bases ? (char* const*)s_bases : bases;
+#else
+    char* const* base_of = bases;
+#endif
 
     for (int o = g.begin; o < g.end; ++o) {
         const Op* op = ops + o;
@@ -323,11 +413,11 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
         i64 mis = 0;
         if (kind != OP_NONE) {
             const i64 first = op->src[0];
-            mis = (i64)(((u64)bases[first >> OFFSET_BITS] + (first & ((1ll << OFFSET_BITS) - 1)) * sizeof(S)) & 15u);
+            mis = (i64)(((u64)base_of[first >> OFFSET_BITS] + (first & ((1ll << OFFSET_BITS) - 1)) * sizeof(S)) & 15u);
             if (threadIdx.x < nsrc + ndst) {
                 const int k = threadIdx.x;
                 const i64 ref = k < nsrc ? op->src[k] : op->dst[k - nsrc];
-                char* p = bases[ref >> OFFSET_BITS] + (ref & ((1ll << OFFSET_BITS) - 1)) * (i64)sizeof(S);
+                char* p = base_of[ref >> OFFSET_BITS] + (ref & ((1ll << OFFSET_BITS) - 1)) * (i64)sizeof(S);
                 if (k < nsrc) s_src[half][k] = p; else s_dst[half][k - nsrc] = p;
                 same = ((u64)p & 15u) == (u64)mis;
             }

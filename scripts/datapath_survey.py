@@ -71,6 +71,12 @@ SETS = {
         for c, st in (("all-reduce", "two-shot"), ("all-gather", "push:unroll=4"), ("reduce-scatter", "direct"), ("all-to-all", "push:channels=8,unroll=4"))
         for x in ("", ",datapath=ce" if ":" in st else ":datapath=ce")
     ],
+    # Latency of the defaults alone, for kernel variants (run with --define).
+    "latency-defaults": [
+        f"{c}:{d}:16,1K,4K,64K,1M:{st}"
+        for c, st in (("all-reduce", "two-shot"), ("reduce-scatter", "direct"), ("reduce", "two-shot"), ("all-gather", "push:unroll=4"), ("all-to-all", "push:channels=8,unroll=4"))
+        for d in ("float32", "bfloat16")
+    ],
     # The load qualifier, on one copy and two reductions (run with --ld-hint).
     "hint": [f"all-to-all:float32:{BIG}:push", f"all-reduce:float32:{BIG}:two-shot", f"reduce-scatter:float32:{BIG}:direct"],
 }
@@ -89,15 +95,16 @@ def parse_case(text: str):
     return name, dtype, [parse_bytes(s, "size") for s in sizes.split(",")], RunConfig.make(strategy, plan_params, exec_params)
 
 
-def use_load_hint(hint: str) -> None:
+def add_compile_options(*extra: str) -> None:
+    """Recompile the Atom kernel with ``extra`` nvrtc options (e.g. -DNAME=VALUE)."""
     from purlin_bench.executors import atoms
 
     plain = atoms.compile_options
 
-    def with_hint(*args, **kwargs):
-        return (*plain(*args, **kwargs), f'-DPURLIN_LD_HINT="{hint}"')
+    def with_extra(*args, **kwargs):
+        return (*plain(*args, **kwargs), *extra)
 
-    atoms.compile_options = with_hint
+    atoms.compile_options = with_extra
     atoms.snac_kernel.cache_clear()
 
 
@@ -126,12 +133,15 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ld-hint", default="")
+    ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE", help="compile the Atom kernel with -DNAME=VALUE")
     ap.add_argument("--auto-block-bytes", type=int, default=0, help="bytes per block of the automatic block count")
     ap.add_argument("--launch-floor", action="store_true", help="also time empty kernels from a graph (the small-size floor)")
     ap.add_argument("--json")
     args = ap.parse_args()
-    if args.ld_hint:
-        use_load_hint(args.ld_hint)
+    extra = [f'-DPURLIN_LD_HINT="{args.ld_hint}"'] if args.ld_hint else []
+    extra += [f"-D{d}" for d in args.define]
+    if extra:
+        add_compile_options(*extra)
     if args.auto_block_bytes:
         from purlin_bench.executors import cupy_exec
 
@@ -139,7 +149,7 @@ def main() -> int:
     cases = [parse_case(c) for s in args.set for c in SETS[s]] + [parse_case(c) for c in args.case]
     executor = get_executor("cupy")
     bandwidth = measure_copy_bandwidth((0,))
-    print(f"# copy bandwidth {bandwidth.bytes_per_s / 1e12:.3f} TB/s; ld hint '{args.ld_hint}'; auto block bytes {args.auto_block_bytes or 'default'}", flush=True)
+    print(f"# copy bandwidth {bandwidth.bytes_per_s / 1e12:.3f} TB/s; ld hint '{args.ld_hint}'; defines {args.define}; auto block bytes {args.auto_block_bytes or 'default'}", flush=True)
     if args.launch_floor:
         for what, us in launch_floor(args.iters, args.reps).items():
             print(f"# {what}: {us:.2f} us per call (graph replay)", flush=True)
@@ -159,7 +169,7 @@ def main() -> int:
             cupy = rec.baselines.get("cupy")
             pct = rec.roofline_pct()
             print(f"{name:15} {dtype:9} {size:>11} {config.text():50} {rec.out_of_place.time_us:10.2f} {cupy or 0:10.2f} {rec.speedup('cupy') or 0:7.2f} {pct or 0:7.1f} {rec.out_of_place.nwrong:5}  ({time.time() - t0:.1f} s)", flush=True)
-            rows.append({**rec.to_dict(), "ld_hint": args.ld_hint, "auto_block_bytes": args.auto_block_bytes})
+            rows.append({**rec.to_dict(), "ld_hint": args.ld_hint, "defines": args.define, "auto_block_bytes": args.auto_block_bytes})
             if args.json:
                 with open(args.json, "w") as fh:
                     json.dump(rows, fh, indent=1)

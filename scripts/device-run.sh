@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env tests survey survey-mid latency check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env tests survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -37,6 +37,14 @@ step_survey-mid() {  # the automatic block count and the copy-engine threshold a
 }
 step_latency() {  # small sizes: defaults and copy-engine variants beside empty kernels from a graph
   timeout ${LATENCY_LIMIT:-90} python3 scripts/datapath_survey.py --set latency --launch-floor --iters 20 --reps 5 --json "$OUT/latency.json" 2>&1 | tee "$OUT/latency.log"
+}
+step_kernel-ab() {  # Atom kernel variants at small sizes, in one process, timed taking turns (scripts/kernel_ab.py)
+  timeout ${KERNEL_AB_LIMIT:-200} python3 scripts/kernel_ab.py --set latency-defaults ${KERNEL_AB_ARGS:-} --json "$OUT/kernel-ab.json" 2>&1 | tee "$OUT/kernel-ab.log"
+}
+step_check-small() {  # every reduction and dtype at counts that take the scalar and the one-vector paths
+  for c in all-reduce reduce-scatter reduce; do
+    timeout 100 purlin check $c --backend cupy --ranks 3,8 --strategy all --dtype all --op all --count 1,7,1001,4099 --root 0 --failed-only 2>&1 | tee -a "$OUT/check-small.log" | tail -3
+  done
 }
 step_check() {
   timeout 300 purlin check all --backend cupy --ranks 1,2,3,4,5,8 --strategy all --dtype float32,float16,bfloat16,int32 --count 1,1001,65536 --root all 2>&1 | tee "$OUT/check.log" | tail -25

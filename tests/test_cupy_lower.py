@@ -84,3 +84,21 @@ def test_too_many_copy_engine_copies_are_refused_not_captured(monkeypatch):
     monkeypatch.setattr(cupy_lower, "MAX_CE_COPIES", 55)
     with pytest.raises(ExecutionError, match="56 copies per call \\(at most 55\\)"):
         lower(program, list(range(8)), fused=True, datapath="ce", flag_address=_addr)
+
+
+@pytest.mark.parametrize(
+    ("name", "strategy", "copy_only"),
+    [
+        ("all-gather", "push", True), ("all-to-all", "push", True), ("broadcast", "two-shot", True),
+        ("all-reduce", "two-shot", False), ("all-reduce", "ring", False), ("reduce-scatter", "direct", False),
+    ],
+)
+def test_programs_without_a_reduce_op_get_the_copy_only_kernel(name, strategy, copy_only):
+    from purlin_bench.executors.cupy_exec import copies_only
+
+    low = lower(_program(name, strategy), list(range(8)), fused=True, datapath="sm", flag_address=_addr)
+    assert copies_only([low]) is copy_only
+    assert (OP_REDUCE in set(low.ops["op"].tolist())) is not copy_only
+    # One launch per rank: the runner builds one kernel for all of them.
+    per_rank = [lower(_program(name, strategy), [r], fused=False, datapath="sm", flag_address=_addr) for r in range(8)]
+    assert copies_only(per_rank) is copy_only

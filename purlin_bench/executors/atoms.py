@@ -1,6 +1,7 @@
 """Load the Atom CUDA sources (atoms/*.cu) and compile them with CuPy.
 
-One module per (dtype, reduction, unroll, block-size bound): the choices are
+One module per (dtype, reduction, unroll, block-size bound, flag scope, and
+whether the program reduces at all): the choices are
 compile-time constants, so each variant is straight-line code. CuPy caches
 compiled modules on disk; the first use of a variant on a machine compiles it
 (about a second with NVRTC)."""
@@ -21,7 +22,7 @@ def source_text() -> str:
     return (data_dir("atoms") / SOURCE).read_text()
 
 
-def compile_options(dtype: str, redop: str, unroll: int, max_threads: int, sys_scope: bool = True) -> tuple[str, ...]:
+def compile_options(dtype: str, redop: str, unroll: int, max_threads: int, sys_scope: bool = True, copy_only: bool = False) -> tuple[str, ...]:
     return (
         "-std=c++17",
         f"-DPURLIN_DTYPE={DTYPE_CODES[dtype]}",
@@ -29,18 +30,20 @@ def compile_options(dtype: str, redop: str, unroll: int, max_threads: int, sys_s
         f"-DPURLIN_UNROLL={unroll}",
         f"-DPURLIN_MAX_THREADS={max_threads}",
         f"-DPURLIN_SYS_SCOPE={int(sys_scope)}",
+        f"-DPURLIN_COPY_ONLY={int(copy_only)}",
     )
 
 
 @lru_cache(maxsize=None)
-def snac_kernel(dtype: str, redop: str, unroll: int, max_threads: int, device: int, sys_scope: bool = True):
+def snac_kernel(dtype: str, redop: str, unroll: int, max_threads: int, device: int, sys_scope: bool = True, copy_only: bool = False):
     """The compiled `snac_run` kernel for one variant, on one device. Flags
-    need system scope only when some peer is another GPU."""
+    need system scope only when some peer is another GPU; ``copy_only``
+    leaves the reduce code out (programs whose every op is a copy)."""
     import cupy
 
     with cupy.cuda.Device(device):
         try:
-            module = cupy.RawModule(code=source_text(), options=compile_options(dtype, redop, unroll, max_threads, sys_scope))
+            module = cupy.RawModule(code=source_text(), options=compile_options(dtype, redop, unroll, max_threads, sys_scope, copy_only))
             return module.get_function("snac_run")
         except cupy.cuda.compiler.CompileException as exc:
             first = next((line for line in str(exc).splitlines() if "error" in line), str(exc).splitlines()[0])
