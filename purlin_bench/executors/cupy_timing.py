@@ -5,6 +5,7 @@ Several candidates timed together take their batches in turn (A B A B ...):
 on a shared GPU the clocks and the neighbours' load drift over seconds, and
 timing one candidate after the other puts that drift into their ratio (the
 same configuration measured twice in one process differed by up to 3.4%).
+Each timed batch follows one untimed call of its own candidate.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ def time_side_by_side(candidates: Sequence[Candidate], device: int, iters: int, 
 
         def batch_of(c: Candidate, replay: Callable[[], None]) -> Callable[[], float]:
             def batch() -> float:
+                # One untimed call first: the batch before may be another
+                # candidate's, and the first call after it pays for that one's
+                # dirty L2 (unprimed, the candidate timed after CuPy's
+                # baseline looked up to 11% slower than the same configuration
+                # timed after itself).
+                c.enqueue(c.stream, 0)
                 begin.record(c.stream)
                 replay()
                 end.record(c.stream)
