@@ -81,6 +81,15 @@ class Session:
             return f"numpy CPU reference, {self.ranks} simulated ranks"
         return self.executor.describe(self.ranks)
 
+    def warm_up(self, dtype: str, redop: str | None = None) -> int:
+        """Compile ahead whatever the backend compiles on first use (the GPU
+        kernel variants); returns how many, 0 where nothing is compiled."""
+        warm = getattr(self.executor, "warm_up", None)
+        if warm is None:
+            return 0
+        with _device_errors_as_purlin():
+            return warm(dtype, redop, self.ranks)
+
     def instance(self, spec: CollectiveSpec, count: int, dtype: str, root: int = 0) -> Instance:
         _, np_dtype = resolve_dtype(dtype)
         return instantiate(spec, self.ranks, count, np_dtype.itemsize, root)

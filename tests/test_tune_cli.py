@@ -73,6 +73,22 @@ def test_tune_writes_plans_and_resumes_by_total_trials(capsys, tmp_path, tiny):
     assert all(e.trials == 6 for e in load_plan_file(artifact).entries)
 
 
+def test_kernels_are_built_before_any_study_is_timed(capsys, tmp_path, tiny, monkeypatch):
+    """On a GPU the first use of each kernel variant compiles it; a tune
+    builds them all up front, so the studies' timeouts measure trials."""
+    from purlin_bench.tune.measure import SessionBench
+
+    events = []
+    measure = SessionBench.measure
+    monkeypatch.setattr(SessionBench, "warm_up", lambda self: events.append(("warm", self.dtype)) or 18)
+    monkeypatch.setattr(SessionBench, "measure", lambda self, config, bucket: events.append(("measure", self.dtype)) or measure(self, config, bucket))
+    code, stdout, stderr = purlin(capsys, "tune", "all-gather", "--sweep", tiny, "--backend", "numpy", "--out", tmp_path / "r", "--trials", "2", "--confirm", "0")
+    assert code == 0
+    assert events[0] == ("warm", "float32") and events.count(("warm", "float32")) == 1
+    assert len(events) > 1 and all(kind == "measure" for kind, _ in events[1:])
+    assert "18 kernel variants ready" in " ".join((stdout + stderr).split())
+
+
 def test_export_every_format(capsys, tmp_path, tiny):
     out = tmp_path / "results"
     assert purlin(capsys, "tune", "all-gather", "--sweep", tiny, "--backend", "numpy", "--out", out, "--trials", "2", "--sizes", "8")[0] == 0

@@ -44,6 +44,10 @@ PARAMS = (
 )
 
 
+def _choices(name: str) -> tuple:
+    return next(p.choices for p in PARAMS if p.name == name)
+
+
 def copies_only(lowered: Sequence[Lowered]) -> bool:
     """Whether no device op reduces: such programs run the copy-only kernel."""
     return not any((low.ops["op"] == OP_REDUCE).any() for low in lowered)
@@ -374,6 +378,24 @@ class CupyExecutor:
 
     def describe(self, ranks: int) -> str:
         return self.world(ranks).describe()
+
+    def warm_up(self, dtype: str, redop: str | None, ranks: int) -> int:
+        """Build every kernel variant a runner of ``ranks`` could ask for
+        (each unroll and block size, with and without the reduce code), so
+        that a timed search does not spend its time in the compiler: on a
+        fresh machine a tune's 3 s studies ended after 1 of 16 trials.
+        Returns how many variants there are (compiled or found in cache)."""
+        world = self.world(ranks)
+        sys_scope = len(set(world.devices)) > 1
+        unrolls, threads = _choices("unroll"), _choices("threads")
+        built = 0
+        for device in sorted(set(world.devices)):
+            for unroll in unrolls:
+                for block in threads:
+                    for copy_only in (False, True):
+                        snac_kernel(dtype, redop or "sum", unroll, block, device, sys_scope, copy_only)
+                        built += 1
+        return built
 
     def prepare(self, program: Program, sets: int | None = None, **params) -> CupyRunner:
         """A runner for ``program``; ``sets`` buffer sets to rotate through when timing."""

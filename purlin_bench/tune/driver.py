@@ -13,6 +13,7 @@ measure, so rerunning the same request with the same storage resumes them:
 from __future__ import annotations
 
 import datetime
+import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -106,7 +107,12 @@ def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter
     session = Session(request.backend, ranks=job.ranks, gpus=request.gpus)
     fp = detect(request.backend, job.ranks, request.gpus)
     path = plan_path(request.out_dir, fp.gpu_type, job.spec.name, fp.layout, job.dtype)
-    tuning = _JobTuning(request, job, fp, SessionBench(session, job.spec, job.dtype), _previous_entries(path, reporter), storage, reporter)
+    bench = SessionBench(session, job.spec, job.dtype)
+    started = time.monotonic()
+    variants = bench.warm_up()
+    if variants:
+        reporter.note(f"{job.spec.name} {job.dtype}: {variants} kernel variants ready in {time.monotonic() - started:.1f} s, before the studies' clocks start")
+    tuning = _JobTuning(request, job, fp, bench, _previous_entries(path, reporter), storage, reporter)
     results = tuple(tuning.bucket(b) for b in request.sweep.buckets)
     entries = tuple(r.entry for r in results if r.entry is not None)
     if not entries:

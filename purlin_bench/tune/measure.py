@@ -53,6 +53,11 @@ class SessionBench:
         inst = self.instance(bucket)
         return self.spec.bytes_for_count(self.session.ranks, inst.count, inst.itemsize)
 
+    def warm_up(self) -> int:
+        """Compile the backend's kernel variants for this dtype before any
+        study's clock starts (see CupyExecutor.warm_up)."""
+        return self.session.warm_up(self.dtype, self.spec.redop)
+
     def check(self, config: RunConfig, bucket: Bucket) -> CheckResult:
         return self.session.check(self.instance(bucket), config, self.dtype)
 
