@@ -1,11 +1,11 @@
 """Time device work the way the field does: CUDA events around batches of
 calls, each batch one CUDA graph replay (or eager launches), median of batches.
 
-Several candidates timed together take their batches in turn (A B A B ...):
-on a shared GPU the clocks and the neighbours' load drift over seconds, and
-timing one candidate after the other puts that drift into their ratio (the
-same configuration measured twice in one process differed by up to 3.4%).
-Each timed batch follows one untimed call of its own candidate.
+Several candidates timed together take their batches in turn (A B, B A,
+A B, ...): on a shared GPU the clocks and the neighbours' load drift over
+seconds, and timing one candidate after the other puts that drift into their
+ratio (the same configuration measured twice in one process differed by up
+to 3.4%). Each timed batch follows one untimed call of its own candidate.
 """
 
 from __future__ import annotations
@@ -63,10 +63,10 @@ def time_side_by_side(candidates: Sequence[Candidate], device: int, iters: int, 
         def batch_of(c: Candidate, replay: Callable[[], None]) -> Callable[[], float]:
             def batch() -> float:
                 # One untimed call first: the batch before may be another
-                # candidate's, and the first call after it pays for that one's
-                # dirty L2 (unprimed, the candidate timed after CuPy's
-                # baseline looked up to 11% slower than the same configuration
-                # timed after itself).
+                # candidate's, and the first call after it pays for what that
+                # one left in the caches (unprimed, the candidate timed after
+                # CuPy's baseline looked up to 11% slower than the same
+                # configuration timed after itself).
                 c.enqueue(c.stream, 0)
                 begin.record(c.stream)
                 replay()
