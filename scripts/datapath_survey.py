@@ -23,7 +23,7 @@ from purlin_bench.bench.run import instances
 from purlin_bench.cli.common import parse_bytes
 from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
-from purlin_bench.executors import get_executor
+from purlin_bench.executors import atoms, get_executor
 from purlin_bench.spec import load_builtin
 
 PLAN_KEYS = ("channels", "slice_bytes")
@@ -95,16 +95,13 @@ def parse_case(text: str):
     return name, dtype, [parse_bytes(s, "size") for s in sizes.split(",")], RunConfig.make(strategy, plan_params, exec_params)
 
 
+_PLAIN_COMPILE_OPTIONS = atoms.compile_options
+
+
 def add_compile_options(*extra: str) -> None:
-    """Recompile the Atom kernel with ``extra`` nvrtc options (e.g. -DNAME=VALUE)."""
-    from purlin_bench.executors import atoms
-
-    plain = atoms.compile_options
-
-    def with_extra(*args, **kwargs):
-        return (*plain(*args, **kwargs), *extra)
-
-    atoms.compile_options = with_extra
+    """Build the Atom kernel with ``extra`` nvrtc options (e.g. -DNAME=VALUE)
+    from now on, in place of any given before."""
+    atoms.compile_options = lambda *args, **kwargs: (*_PLAIN_COMPILE_OPTIONS(*args, **kwargs), *extra)
     atoms.snac_kernel.cache_clear()
 
 

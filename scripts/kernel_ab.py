@@ -19,14 +19,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from datapath_survey import SETS, parse_case  # noqa: E402
+from datapath_survey import SETS, add_compile_options, parse_case  # noqa: E402
 
 from purlin_bench.bench.gpu_check import expected_outputs, run_and_count_wrong  # noqa: E402
 from purlin_bench.bench.inputs import exact_inputs  # noqa: E402
 from purlin_bench.bench.measure import _sets_for  # noqa: E402
 from purlin_bench.bench.run import instances  # noqa: E402
 from purlin_bench.dtypes import resolve_dtype  # noqa: E402
-from purlin_bench.executors import atoms, cupy_exec, get_executor  # noqa: E402
+from purlin_bench.executors import cupy_exec, get_executor  # noqa: E402
 from purlin_bench.executors.cupy_timing import time_side_by_side  # noqa: E402
 from purlin_bench.planner import plan  # noqa: E402
 from purlin_bench.spec import load_builtin  # noqa: E402
@@ -39,14 +39,12 @@ VARIANTS = {
     "now-no-shared-bases": (("-DPURLIN_SHARED_BASES=0",), True),
     "now-no-short": (("-DPURLIN_SHORT_REDUCE=0", "-DSHORT_BATCH=1"), True),
 }
-_plain_options = atoms.compile_options
 _plain_copies_only = cupy_exec.copies_only
 
 
 def use_variant(name: str) -> None:
     defines, copy_only = VARIANTS[name]
-    atoms.compile_options = lambda *a, **k: (*_plain_options(*a, **k), *defines)
-    atoms.snac_kernel.cache_clear()
+    add_compile_options(*defines)
     cupy_exec.copies_only = _plain_copies_only if copy_only else (lambda lowered: False)
 
 
