@@ -77,6 +77,21 @@ SETS = {
         for c, st in (("all-reduce", "two-shot"), ("reduce-scatter", "direct"), ("reduce", "two-shot"), ("all-gather", "push:unroll=4"), ("all-to-all", "push:channels=8,unroll=4"))
         for d in ("float32", "bfloat16")
     ],
+    # Block counts past what the data can use (kernel_ab.py's now vs
+    # now-uncapped-blocks): tuned configurations with many blocks at small
+    # sizes, one that the cap leaves alone (16 MiB), and the defaults at
+    # 64 KiB-1 MiB, where the automatic count exceeds the cap.
+    "blocks": [
+        "all-reduce:bfloat16:16,256,4K:direct:channels=4,blocks=32,threads=256",
+        "all-reduce:float32:16,4K,64K:two-shot:blocks=32",
+        "reduce-scatter:float32:16,4K,64K:direct:blocks=32,threads=256",
+        "all-gather:bfloat16:64K:push:channels=2,slice_bytes=262144,blocks=32,threads=256",
+        "all-to-all:float32:4K,64K:push:channels=8,blocks=16,unroll=4",
+        "all-gather:float32:16M:two-shot:channels=2,slice_bytes=1048576,blocks=16,threads=256,unroll=4",
+        "all-reduce:float32:64K,1M:two-shot", "all-reduce:bfloat16:64K,1M:two-shot",
+        "all-gather:float32:64K,1M:push:unroll=4", "all-to-all:float32:64K,1M:push:channels=8,unroll=4",
+        "reduce-scatter:float32:64K,1M:direct",
+    ],
     # The load qualifier, on one copy and two reductions (run with --ld-hint).
     "hint": [f"all-to-all:float32:{BIG}:push", f"all-reduce:float32:{BIG}:two-shot", f"reduce-scatter:float32:{BIG}:direct"],
 }

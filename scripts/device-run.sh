@@ -39,7 +39,7 @@ step_latency() {  # small sizes: defaults and copy-engine variants beside empty 
   timeout ${LATENCY_LIMIT:-90} python3 scripts/datapath_survey.py --set latency --launch-floor --iters 20 --reps 5 --json "$OUT/latency.json" 2>&1 | tee "$OUT/latency.log"
 }
 step_kernel-ab() {  # Atom kernel variants at small sizes, in one process, timed taking turns (scripts/kernel_ab.py)
-  timeout ${KERNEL_AB_LIMIT:-200} python3 scripts/kernel_ab.py --set latency-defaults ${KERNEL_AB_ARGS:-} --json "$OUT/kernel-ab.json" 2>&1 | tee "$OUT/kernel-ab.log"
+  timeout ${KERNEL_AB_LIMIT:-200} python3 scripts/kernel_ab.py ${KERNEL_AB_SETS:---set latency-defaults} ${KERNEL_AB_ARGS:-} --json "$OUT/kernel-ab.json" 2>&1 | tee "$OUT/kernel-ab.log"
 }
 step_check-small() {  # every reduction and dtype at counts that take the scalar and the one-vector paths
   for c in all-reduce reduce-scatter reduce; do

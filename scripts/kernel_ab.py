@@ -31,21 +31,25 @@ from purlin_bench.executors.cupy_timing import time_side_by_side  # noqa: E402
 from purlin_bench.planner import plan  # noqa: E402
 from purlin_bench.spec import load_builtin  # noqa: E402
 
-# name: (extra nvrtc defines, whether copy-only programs get the copy-only build)
+# name: (extra nvrtc defines, whether copy-only programs get the copy-only build,
+#        whether a group's blocks are capped at what its data can use)
 VARIANTS = {
-    "before": (("-DPURLIN_SHORT_REDUCE=0", "-DPURLIN_SHARED_BASES=0", "-DSHORT_BATCH=1"), False),
-    "now": ((), True),
-    "now-full-copies": ((), False),
-    "now-no-shared-bases": (("-DPURLIN_SHARED_BASES=0",), True),
-    "now-no-short": (("-DPURLIN_SHORT_REDUCE=0", "-DSHORT_BATCH=1"), True),
+    "before": (("-DPURLIN_SHORT_REDUCE=0", "-DPURLIN_SHARED_BASES=0", "-DSHORT_BATCH=1"), False, False),
+    "now": ((), True, True),
+    "now-full-copies": ((), False, True),
+    "now-no-shared-bases": (("-DPURLIN_SHARED_BASES=0",), True, True),
+    "now-no-short": (("-DPURLIN_SHORT_REDUCE=0", "-DSHORT_BATCH=1"), True, True),
+    "now-uncapped-blocks": ((), True, False),
 }
 _plain_copies_only = cupy_exec.copies_only
+_plain_useful_blocks = cupy_exec.useful_blocks
 
 
 def use_variant(name: str) -> None:
-    defines, copy_only = VARIANTS[name]
+    defines, copy_only, capped = VARIANTS[name]
     add_compile_options(*defines)
     cupy_exec.copies_only = _plain_copies_only if copy_only else (lambda lowered: False)
+    cupy_exec.useful_blocks = _plain_useful_blocks if capped else (lambda lowered, itemsize, threads: cupy_exec._MAX_BLOCKS)
 
 
 def main() -> int:

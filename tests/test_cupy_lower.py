@@ -102,3 +102,19 @@ def test_programs_without_a_reduce_op_get_the_copy_only_kernel(name, strategy, c
     # One launch per rank: the runner builds one kernel for all of them.
     per_rank = [lower(_program(name, strategy), [r], fused=False, datapath="sm", flag_address=_addr) for r in range(8)]
     assert copies_only(per_rank) is copy_only
+
+
+# two-shot reduces (and then gathers) one eighth of the vector per op; a
+# vector of fewer elements than ranks is not split
+@pytest.mark.parametrize(
+    ("count", "largest_op", "threads", "blocks"),
+    [(4, 4, 512, 1), (4096, 512, 256, 1), (1 << 16, 1 << 13, 512, 4), (1 << 16, 1 << 13, 256, 8), (1 << 20, 1 << 17, 512, 64)],
+)
+def test_a_group_gets_no_more_blocks_than_its_largest_op_has_vectors_per_thread(count, largest_op, threads, blocks):
+    from purlin_bench.executors.cupy_exec import useful_blocks
+
+    low = lower(_program("all-reduce", "two-shot", count=count), list(range(8)), fused=True, datapath="sm", flag_address=_addr)
+    assert int(low.ops["count"].max()) == largest_op
+    assert useful_blocks([low], 4, threads) == blocks
+    # an op smaller than one vector still needs a block
+    assert useful_blocks([lower(_program("all-gather", "push", count=1), list(range(8)), fused=True, datapath="sm", flag_address=_addr)], 4, 512) == 1

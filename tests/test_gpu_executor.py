@@ -181,3 +181,14 @@ def test_launch_that_cannot_be_coresident_is_refused(executor):
     program = plan(inst, "direct", "float32", params={"channels": 16})
     with pytest.raises(ExecutionError, match="could deadlock"):
         executor.prepare(program, blocks=32, threads=512)
+
+
+def test_blocks_are_a_ceiling_set_by_what_the_data_can_use(executor):
+    spec = load_builtin("all-reduce")
+    small = instantiate(spec, 8, 1024, 4)  # two-shot: 128 floats (32 vectors) per op
+    program = plan(small, "two-shot", "float32")
+    runner = executor.prepare(program, blocks=32, threads=256)
+    assert runner.blocks == 1 and runner.launches[0].grid == 8
+    assert check_program(small, program, runner, seed=1, calls=2).wrong == 0
+    large = instantiate(spec, 8, 1 << 20, 4)
+    assert executor.prepare(plan(large, "two-shot", "float32"), blocks=32, threads=256).blocks == 32
