@@ -26,6 +26,7 @@ from purlin_bench.bench.inputs import exact_inputs  # noqa: E402
 from purlin_bench.bench.measure import _sets_for  # noqa: E402
 from purlin_bench.bench.run import instances  # noqa: E402
 from purlin_bench.dtypes import resolve_dtype  # noqa: E402
+from purlin_bench.errors import ExecutionError  # noqa: E402
 from purlin_bench.executors import cupy_exec, get_executor  # noqa: E402
 from purlin_bench.executors.cupy_timing import time_side_by_side  # noqa: E402
 from purlin_bench.planner import plan  # noqa: E402
@@ -73,10 +74,14 @@ def main() -> int:
             program = plan(inst, config.strategy, dtype, None, dict(config.plan_params))
             sets = _sets_for(program)
             inputs = exact_inputs(program.in_counts, np_dtype, program.redop)
-            runners, expected = [], None
+            runners, expected, refused = [], None, None
             for v in variants:
                 use_variant(v)
-                runner = executor.prepare(program, sets=sets, **dict(config.exec_params))
+                try:
+                    runner = executor.prepare(program, sets=sets, **dict(config.exec_params))
+                except ExecutionError as e:  # e.g. more blocks than fit at once: no row to compare
+                    refused = f"{v}: {e}"
+                    break
                 if expected is None:
                     _, expected = expected_outputs(runner, inst, program, inputs)
                 for slot in range(sets):
@@ -84,6 +89,9 @@ def main() -> int:
                 bad = run_and_count_wrong(runner, expected)
                 wrong += bad
                 runners.append(runner)
+            if refused:
+                print(f"{name:15} {dtype:9} {size:>9} {config.text():34} refused, {refused}", flush=True)
+                continue
             times = time_side_by_side([r.candidate() for r in runners], runners[0].world.devices[0], args.iters, 2, args.reps, graph=True)
             us = {v: t.median_us for v, t in zip(variants, times)}
             print(f"{name:15} {dtype:9} {size:>9} {config.text():34} " + " ".join(f"{us[v]:8.2f} ({us[variants[0]] / us[v]:5.3f}x)" for v in variants) + (f"  WRONG {bad}" if bad else ""), flush=True)
