@@ -36,7 +36,7 @@ _BYTES_PER_AUTO_BLOCK = 8 * 1024
 _MAX_BLOCKS = 32
 
 PARAMS = (
-    ExecParam("blocks", 0, minimum=0, maximum=_MAX_BLOCKS, help="most thread blocks per (rank, channel) list (no more than one 16-byte vector per thread of its largest op); 0 sizes them from the data"),
+    ExecParam("blocks", 0, minimum=0, maximum=_MAX_BLOCKS, help="most thread blocks per (rank, channel) list (idle ones past the data's need and the automatic count are dropped); 0 sizes them from the data"),
     # No 1024: at 64 registers a thread the step interpreter spills (see tests/test_atoms_compile.py).
     ExecParam("threads", 512, choices=(128, 256, 512), help="threads per block"),
     ExecParam("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines (cudaMemcpyAsync)"),
@@ -59,7 +59,8 @@ def useful_blocks(lowered: Sequence[Lowered], itemsize: int, threads: int) -> in
     waits, and adds its share to every notify flag (each flag counts all of a
     group's blocks). A tuned 32 blocks x 8 groups at 4 KiB all-reduce timed
     2.9 us in its tune and 4.5 us beside CuPy's baseline: 256 spinning blocks
-    near the 264 that fit (docs/performance.md, "Tuned plans")."""
+    near the 264 that fit (docs/performance.md, "Tuned plans"); capped, such
+    configurations ran up to 1.2x faster (docs/perf/survey/blocks-ab.log)."""
     largest = max((int(low.ops["count"].max()) for low in lowered if len(low.ops)), default=0)
     return max(1, -(-largest * itemsize // (threads * 16)))
 
@@ -117,8 +118,12 @@ class CupyRunner:
         launch_ranks = [list(range(R))] if world.fused else [[r] for r in range(R)]
         lowered = [lower(program, ranks, world.fused, datapath, flag_address) for ranks in launch_ranks]
         self.copy_only = copies_only(lowered)
-        # `blocks` is a ceiling: a group never gets more than its data can use.
-        self.blocks = min(blocks or self._auto_blocks(lowered), useful_blocks(lowered, self.itemsize, threads))
+        # A requested count is a ceiling: the larger of what the data can use
+        # and the automatic count. The automatic count is not cut to the data:
+        # the few idle blocks it leaves in 64-256 KiB reductions measured
+        # 1-4% faster than none (docs/perf/survey/blocks-ab.log).
+        auto = self._auto_blocks(lowered)
+        self.blocks = min(blocks, max(auto, useful_blocks(lowered, self.itemsize, threads))) if blocks else auto
         self.launches = [_Launch(self, ranks, low) for ranks, low in zip(launch_ranks, lowered) if low.group_count or low.ce_copies]
         self._check_coresidency()
         self._held: list[object] = []
