@@ -79,14 +79,22 @@ def test_kernels_are_built_before_any_study_is_timed(capsys, tmp_path, tiny, mon
     from purlin_bench.tune.measure import SessionBench
 
     events = []
-    measure = SessionBench.measure
-    monkeypatch.setattr(SessionBench, "warm_up", lambda self: events.append(("warm", self.dtype)) or 18)
-    monkeypatch.setattr(SessionBench, "measure", lambda self, config, bucket: events.append(("measure", self.dtype)) or measure(self, config, bucket))
+    measure, prime = SessionBench.measure, SessionBench.prime
+    monkeypatch.setattr(SessionBench, "warm_up", lambda self: events.append(("warm", None)) or 18)
+    monkeypatch.setattr(SessionBench, "prime", lambda self, config, bucket: events.append(("prime", bucket.min_bytes)) or prime(self, config, bucket))
+    monkeypatch.setattr(SessionBench, "measure", lambda self, config, bucket: events.append(("measure", bucket.min_bytes)) or measure(self, config, bucket))
     code, stdout, stderr = purlin(capsys, "tune", "all-gather", "--sweep", tiny, "--backend", "numpy", "--out", tmp_path / "r", "--trials", "2", "--confirm", "0")
     assert code == 0
-    assert events[0] == ("warm", "float32") and events.count(("warm", "float32")) == 1
-    assert len(events) > 1 and all(kind == "measure" for kind, _ in events[1:])
+    assert events[0] == ("warm", None) and events.count(("warm", None)) == 1
     assert "18 kernel variants ready" in " ".join((stdout + stderr).split())
+    # and each bucket's first check (which builds the expected outputs'
+    # kernels for its size) happens before its study measures anything
+    primed = [size for kind, size in events if kind == "prime"]
+    assert len(primed) >= 2 and len(set(primed)) == len(primed)
+    for size in primed:
+        first_measure = events.index(("measure", size))
+        assert events.index(("prime", size)) < first_measure
+        assert all(kind == "measure" for kind, _ in events[events.index(("prime", size)) + 1 : first_measure + 1])
 
 
 def test_export_every_format(capsys, tmp_path, tiny):

@@ -165,6 +165,7 @@ class _JobTuning:
             default=default_config(inst, request.backend, fused=one_gpu(request.gpus)),
             previous=self.previous.get(bucket.min_bytes),
         )
+        bench.prime(spec.default, bucket)
         self.reporter.study_started(name)
         outcome = run_study(spec, bench.measure, bench.check, self.storage, request.settings, on_trial=lambda s, r: self.reporter.trial_finished(s.name, r))
         self.reporter.study_finished(name, outcome)

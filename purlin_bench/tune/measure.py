@@ -13,6 +13,7 @@ from typing import Any
 from purlin_bench.check import CheckResult
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.errors import PurlinError
 from purlin_bench.session import Session
 from purlin_bench.spec.instance import Instance
 from purlin_bench.spec.loader import CollectiveSpec
@@ -57,6 +58,19 @@ class SessionBench:
         """Compile the backend's kernel variants for this dtype before any
         study's clock starts (see CupyExecutor.warm_up)."""
         return self.session.warm_up(self.dtype, self.spec.redop)
+
+    def prime(self, config: RunConfig, bucket: Bucket) -> None:
+        """Check ``config`` once at this bucket's size, untimed, before its
+        study's clock starts. The first check of a size builds what the
+        backend builds for it: on cupy, the baseline kernels that compute
+        the expected outputs (CuPy compiles its reductions per size class,
+        3-4 s each on a fresh machine, which ended 3 s studies after one
+        trial). A failure is left to the study's own trial of ``config``
+        to record, with its reason."""
+        try:
+            self.check(config, bucket)
+        except PurlinError:
+            pass
 
     def check(self, config: RunConfig, bucket: Bucket) -> CheckResult:
         return self.session.check(self.instance(bucket), config, self.dtype)
