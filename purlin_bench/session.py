@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,6 +27,9 @@ from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
 from purlin_bench.timing import Timing
+
+# Runners kept prepared: one per probe size of a tune bucket (Bucket.probe_bytes).
+_KEPT_RUNNERS = 3
 
 
 def resolve_backend(name: str) -> tuple[str, str | None]:
@@ -69,7 +73,7 @@ class Session:
         if backend == "cupy" and gpus:
             options["devices"] = tuple(gpus)
         self.executor = get_executor(backend, **options)
-        self._last_runner = None
+        self._runners: OrderedDict = OrderedDict()
 
     @property
     def fused(self) -> bool:
@@ -98,13 +102,17 @@ class Session:
         return plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
 
     def runner(self, program: Program, config: RunConfig):
-        """A prepared runner; the last one is kept, since a tuner checks and
-        then times the same configuration (preparing uploads tables)."""
+        """A prepared runner; the last few are kept, since a tuner checks and
+        then times the same configuration at each of a bucket's probe sizes
+        (preparing uploads tables)."""
         key = (program, config.exec_params)
-        if self._last_runner is None or self._last_runner[0] != key:
-            self._last_runner = None  # free the previous runner's device tables first
-            self._last_runner = (key, self.executor.prepare(program, **dict(config.exec_params)))
-        return self._last_runner[1]
+        if key in self._runners:
+            self._runners.move_to_end(key)
+            return self._runners[key]
+        while len(self._runners) >= _KEPT_RUNNERS:
+            self._runners.popitem(last=False)  # free the oldest runner's device tables first
+        self._runners[key] = runner = self.executor.prepare(program, **dict(config.exec_params))
+        return runner
 
     def baseline_time(self, inst: Instance, dtype: str, redop: str | None = None, iters: int = 20, warmup: int = 5, reps: int = 5) -> float | None:
         """Microseconds per call of the plain CuPy baseline (virtual ranks on

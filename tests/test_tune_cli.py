@@ -73,6 +73,27 @@ def test_tune_writes_plans_and_resumes_by_total_trials(capsys, tmp_path, tiny):
     assert all(e.trials == 6 for e in load_plan_file(artifact).entries)
 
 
+def test_every_trial_is_checked_and_timed_at_each_probe_size(capsys, tmp_path, tiny, monkeypatch):
+    from purlin_bench.session import Session
+
+    checked, timed = [], []
+    check, time_ = Session.check, Session.time
+    monkeypatch.setattr(Session, "check", lambda self, inst, config, dtype, **kw: checked.append((config, inst.count)) or check(self, inst, config, dtype, **kw))
+    monkeypatch.setattr(Session, "time", lambda self, inst, config, dtype, **kw: timed.append((config, inst.count)) or time_(self, inst, config, dtype, **kw))
+    out = tmp_path / "results"
+    code, _, _ = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", out, "--sizes", "8,16K", "--max-bytes", "8K", "--confirm", "0")
+    assert code == 0
+    # [8, 16K) of float32: 8 B, 256 B and 8 KiB are 2, 64 and 2048 elements
+    probes = {2, 64, 2048}
+    configs = {config for config, _ in timed}
+    assert len(configs) > 1
+    for config in configs:
+        assert {n for c, n in checked if c == config} == probes
+        assert {n for c, n in timed if c == config} == probes
+    (name,) = optuna.get_all_study_names(open_storage(f"sqlite:///{out / 'tune.db'}"))
+    assert "/8/at-8,256,8K/space-" in name
+
+
 def test_kernels_are_built_before_any_study_is_timed(capsys, tmp_path, tiny, monkeypatch):
     """On a GPU the first use of each kernel variant compiles it; a tune
     builds them all up front, so the studies' timeouts measure trials."""

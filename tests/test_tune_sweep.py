@@ -178,3 +178,20 @@ def test_bucket_helpers():
     assert buckets_from_sizes([1, 2], "x") == (Bucket(1, 1), Bucket(2, None))
     assert Bucket(65536, None).text() == "[64K, inf)"
     assert Path(builtin_sweep_paths()["quick"]).suffix == ".yaml"
+
+
+@pytest.mark.parametrize(
+    ("bucket", "probes"),
+    [
+        (Bucket(8, 4095), (8, 128, 2048)),
+        (Bucket(4096, 65535), (4096, 16384, 32768)),
+        (Bucket(16 << 20, (256 << 20) - 1), (16 << 20, 64 << 20, 128 << 20)),
+        (Bucket(8, 31), (8, 16)),  # the middle rounds onto an end
+        (Bucket(8, 15), (8,)),  # no power of two above the edge
+        (Bucket(256 << 20, None), (256 << 20,)),  # unbounded: the edge alone
+        (Bucket(1000, 5000), (1000, 2048, 4096)),
+    ],
+)
+def test_a_bucket_is_probed_at_its_edge_top_and_middle(bucket, probes):
+    assert bucket.probe_bytes == probes
+    assert all(bucket.contains(n) for n in probes)

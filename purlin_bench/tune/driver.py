@@ -13,6 +13,7 @@ measure, so rerunning the same request with the same storage resumes them:
 from __future__ import annotations
 
 import datetime
+import statistics
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -30,7 +31,7 @@ from purlin_bench.tune.artifact import PlanArtifact, PlanEntry, SweepRef, load_p
 from purlin_bench.tune.effective import backend_exec_params, effective_config
 from purlin_bench.tune.measure import SessionBench
 from purlin_bench.tune.storage import lost_storage, open_storage, storage_errors
-from purlin_bench.tune.sweep import Bucket, Sweep
+from purlin_bench.tune.sweep import Bucket, Sweep, format_bytes
 from purlin_bench.tune.tuner import StudyOutcome, StudySpec, TrialResult, TuneSettings, confirm_winner, run_study
 
 
@@ -90,7 +91,10 @@ def plan_jobs(request: TuneRequest) -> list[Job]:
 
 
 def study_name(fp: Fingerprint, collective: str, dtype: str, bucket: Bucket, sweep: Sweep) -> str:
-    return f"purlin/{fp.gpu_type}/{fp.layout}/{collective}/{dtype}/{bucket.label}/space-{sweep.space_digest}"
+    # The probe sizes are in the name: a study's scores compare only when
+    # measured at the same sizes (before probes, at the lower edge alone).
+    probes = ",".join(format_bytes(n) for n in bucket.probe_bytes)
+    return f"purlin/{fp.gpu_type}/{fp.layout}/{collective}/{dtype}/{bucket.label}/at-{probes}/space-{sweep.space_digest}"
 
 
 def run_tune(request: TuneRequest, reporter: Reporter, storage: object | None = None) -> list[JobResult]:
@@ -173,11 +177,14 @@ class _JobTuning:
         if best is None or best.config is None or best.time_us is None:
             self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: no correct configuration in {outcome.finished} trial(s); bucket left out of the plan")
             return BucketResult(job, self.fp.layout, bucket, outcome, None)
-        config, time_us = best.config, best.time_us
-        default_us = outcome.default.time_us if outcome.default else None
+        config = best.config
         confirmed = confirm_winner(outcome, bench.measure, rounds=request.settings.confirm_rounds) if request.settings.confirm_rounds > 0 else None
         if confirmed is not None:
-            config, time_us, default_us = confirmed.config, confirmed.time_us, confirmed.default_time_us
+            config = confirmed.config
+        default = spec.default if outcome.default is not None and outcome.default.time_us is not None else None
+        config, time_us, default_us, why = guard_and_record(bench, bucket, config, default, max(1, request.settings.confirm_rounds))
+        if why:
+            self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: kept the default: {why}")
         entry = PlanEntry(
             min_bytes=bucket.min_bytes,
             max_bytes=bucket.max_bytes,
@@ -191,6 +198,36 @@ class _JobTuning:
             study=name,
         )
         return BucketResult(job, self.fp.layout, bucket, outcome, entry)
+
+
+# How much slower than the default a plan may be at any probe size of its
+# bucket (issue 5's bound for tuned plans).
+LOSS_BOUND = 0.03
+
+
+def guard_and_record(bench: SessionBench, bucket: Bucket, config: RunConfig, default: RunConfig | None, rounds: int) -> tuple[RunConfig, float, float | None, str | None]:
+    """Time the winner and the default taking turns at every probe size,
+    ``rounds`` times; a winner slower than the default by more than
+    LOSS_BOUND at any of them gives way to the default. Returns the entry's
+    configuration, its time and the default's at the lower edge (the
+    entry's measured size), and why the winner was dropped, if it was."""
+    candidates = [config] if default is None or default == config else [config, default]
+    samples: dict[RunConfig, list[tuple[float, ...]]] = {c: [] for c in candidates}
+    for _ in range(rounds):
+        for c in candidates:
+            samples[c].append(bench.probe_times(c, bucket))
+    medians = {c: tuple(statistics.median(run[i] for run in runs) for i in range(len(runs[0]))) for c, runs in samples.items()}
+    mine = medians[config]
+    if default is None:
+        return config, mine[0], None, None
+    base = medians[default]
+    if config != default:
+        sizes = [format_bytes(n) for n in bench.probe_nbytes(bucket)]
+        worst = min(range(len(mine)), key=lambda i: base[i] / mine[i])
+        if base[worst] / mine[worst] < 1 - LOSS_BOUND:
+            why = f"{config.text()} was {base[worst] / mine[worst]:.2f}x the default's speed at {sizes[worst]}"
+            return default, base[0], base[0], why
+    return config, mine[0], base[0], None
 
 
 def _previous_entries(path: Path, reporter: Reporter) -> dict[int, RunConfig]:

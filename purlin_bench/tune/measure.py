@@ -3,11 +3,14 @@
 Everything goes through :class:`~purlin_bench.session.Session`, the one place
 that checks and times a configuration, so ``purlin tune`` measures exactly as
 ``purlin check`` and ``purlin bench`` do (CUDA-graph timing on cupy, CPU wall
-time of the reference on numpy). A bucket is measured at its lower edge.
+time of the reference on numpy). A bucket is checked and measured at each of
+its probe sizes (``Bucket.probe_bytes``); its score is the geometric mean of
+the times there.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from purlin_bench.check import CheckResult
@@ -40,14 +43,30 @@ class SessionBench:
         self._instances: dict[int, Instance] = {}
 
     def count(self, bucket: Bucket) -> int:
-        _, np_dtype = resolve_dtype(self.dtype)
-        return self.spec.count_for_bytes(self.session.ranks, bucket.min_bytes, np_dtype.itemsize)
+        return self._count(bucket.min_bytes)
 
-    def instance(self, bucket: Bucket) -> Instance:
-        count = self.count(bucket)
+    def _count(self, nbytes: int) -> int:
+        _, np_dtype = resolve_dtype(self.dtype)
+        return self.spec.count_for_bytes(self.session.ranks, nbytes, np_dtype.itemsize)
+
+    def _instance(self, count: int) -> Instance:
         if count not in self._instances:
             self._instances[count] = self.session.instance(self.spec, count, self.dtype, self.root)
         return self._instances[count]
+
+    def instance(self, bucket: Bucket) -> Instance:
+        """The bucket's lower edge: what its plan entry records."""
+        return self._instance(self.count(bucket))
+
+    def probes(self, bucket: Bucket) -> tuple[Instance, ...]:
+        """The instances a bucket is checked and timed at, lower edge first
+        (sizes that round to one count are measured once)."""
+        counts = dict.fromkeys(self._count(n) for n in bucket.probe_bytes)
+        return tuple(self._instance(c) for c in counts)
+
+    def probe_nbytes(self, bucket: Bucket) -> tuple[int, ...]:
+        """The nccl-tests message sizes of the probes (count rounding)."""
+        return tuple(self.spec.bytes_for_count(self.session.ranks, inst.count, inst.itemsize) for inst in self.probes(bucket))
 
     def nbytes(self, bucket: Bucket) -> int:
         """The nccl-tests message size actually measured (count rounding)."""
@@ -73,11 +92,25 @@ class SessionBench:
             pass
 
     def check(self, config: RunConfig, bucket: Bucket) -> CheckResult:
-        return self.session.check(self.instance(bucket), config, self.dtype)
+        """Checked at every probe size; the first wrong one is the verdict."""
+        wrong = total = 0
+        for inst in self.probes(bucket):
+            result = self.session.check(inst, config, self.dtype)
+            if not result.ok:
+                return result
+            wrong, total = wrong + result.wrong, total + result.total
+        return CheckResult(wrong, total)
+
+    def probe_times(self, config: RunConfig, bucket: Bucket) -> tuple[float, ...]:
+        """Microseconds per call at each probe size, lower edge first."""
+        options: dict[str, Any] = _NUMPY_TIMING if self.session.backend == "numpy" else _GPU_TIMING
+        return tuple(self.session.time(inst, config, self.dtype, **options).median_us for inst in self.probes(bucket))
 
     def measure(self, config: RunConfig, bucket: Bucket) -> float:
-        options: dict[str, Any] = _NUMPY_TIMING if self.session.backend == "numpy" else _GPU_TIMING
-        return self.session.time(self.instance(bucket), config, self.dtype, **options).median_us
+        """The score a study minimises: the geometric mean of the probe times,
+        so each size's relative change counts alike."""
+        times = self.probe_times(config, bucket)
+        return math.exp(sum(math.log(t) for t in times) / len(times))
 
     def baseline(self, bucket: Bucket) -> float | None:
         """The baseline's time (what a user would write instead), when the

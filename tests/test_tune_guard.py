@@ -1,0 +1,66 @@
+"""The last step before a plan entry is written: the winner against the
+default at every probe size of its bucket (tune.driver.guard_and_record),
+with a fake bench, so no GPU is needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from purlin_bench.config import RunConfig
+from purlin_bench.tune.driver import LOSS_BOUND, guard_and_record
+from purlin_bench.tune.sweep import Bucket
+
+BUCKET = Bucket(8, 4095)
+WINNER = RunConfig.make("direct", {"channels": 4}, {})
+DEFAULT = RunConfig.make("two-shot", {}, {})
+
+
+class FakeBench:
+    """Microseconds per probe (8 B, 128 B, 2 KiB) for each configuration;
+    records the order in which configurations were timed."""
+
+    def __init__(self, times):
+        self.times = times
+        self.timed = []
+
+    def probe_times(self, config, bucket):
+        assert bucket == BUCKET
+        self.timed.append(config)
+        return self.times[config]
+
+    def probe_nbytes(self, bucket):
+        return bucket.probe_bytes
+
+
+def test_a_winner_that_loses_at_any_probe_gives_way_to_the_default():
+    # the lower edge alone would pick it: 2.8 against 3.1 us
+    bench = FakeBench({WINNER: (2.8, 4.3, 4.4), DEFAULT: (3.1, 3.2, 3.3)})
+    config, time_us, default_us, why = guard_and_record(bench, BUCKET, WINNER, DEFAULT, rounds=3)
+    assert config == DEFAULT and time_us == default_us == 3.1
+    assert "at 128" in why and "0.74x" in why
+    # taking turns, round by round
+    assert bench.timed == [WINNER, DEFAULT] * 3
+
+
+@pytest.mark.parametrize("loss", [0.0, LOSS_BOUND * 0.9])
+def test_a_winner_within_the_bound_everywhere_is_kept_with_the_edge_times(loss):
+    bench = FakeBench({WINNER: (2.5, 3.0 * (1 + loss), 3.0), DEFAULT: (3.0, 3.0, 3.0)})
+    config, time_us, default_us, why = guard_and_record(bench, BUCKET, WINNER, DEFAULT, rounds=1)
+    assert (config, time_us, default_us, why) == (WINNER, 2.5, 3.0, None)
+
+
+def test_medians_over_rounds_not_one_unlucky_draw():
+    draws = iter([(2.5, 9.0, 3.0), (2.5, 3.0, 3.0), (2.5, 3.0, 3.0)])
+    bench = FakeBench({DEFAULT: (3.0, 3.0, 3.0)})
+    bench.probe_times = lambda config, bucket: next(draws) if config == WINNER else (3.0, 3.0, 3.0)
+    assert guard_and_record(bench, BUCKET, WINNER, DEFAULT, rounds=3)[0] == WINNER
+
+
+def test_without_a_measured_default_the_winner_stands_alone():
+    bench = FakeBench({WINNER: (2.5, 3.0, 3.0)})
+    assert guard_and_record(bench, BUCKET, WINNER, None, rounds=2) == (WINNER, 2.5, None, None)
+    assert bench.timed == [WINNER, WINNER]
+    # the default as winner is timed once per round, not twice
+    bench = FakeBench({DEFAULT: (3.0, 3.0, 3.0)})
+    assert guard_and_record(bench, BUCKET, DEFAULT, DEFAULT, rounds=2) == (DEFAULT, 3.0, 3.0, None)
+    assert bench.timed == [DEFAULT, DEFAULT]
