@@ -64,3 +64,27 @@ def test_without_a_measured_default_the_winner_stands_alone():
     bench = FakeBench({DEFAULT: (3.0, 3.0, 3.0)})
     assert guard_and_record(bench, BUCKET, DEFAULT, DEFAULT, rounds=2) == (DEFAULT, 3.0, 3.0, None)
     assert bench.timed == [DEFAULT, DEFAULT]
+
+
+def _failing(config):
+    from purlin_bench.errors import ExecutionError
+
+    def probe_times(c, bucket):
+        if c == config:
+            raise ExecutionError("watchdog: rank 3 waited too long")
+        return (3.0, 3.0, 3.0)
+
+    return probe_times
+
+
+def test_a_winner_that_fails_when_timed_again_gives_way_to_the_default():
+    bench = FakeBench({})
+    bench.probe_times = _failing(WINNER)
+    config, time_us, default_us, why = guard_and_record(bench, BUCKET, WINNER, DEFAULT, rounds=3)
+    assert (config, time_us, default_us) == (DEFAULT, 3.0, 3.0) and "failed when timed again: watchdog" in why
+
+
+def test_a_default_that_fails_when_timed_again_leaves_the_winner_unguarded():
+    bench = FakeBench({})
+    bench.probe_times = _failing(DEFAULT)
+    assert guard_and_record(bench, BUCKET, WINNER, DEFAULT, rounds=2) == (WINNER, 3.0, None, None)

@@ -57,10 +57,9 @@ def useful_blocks(lowered: Sequence[Lowered], itemsize: int, threads: int) -> in
     """The most blocks a group can keep busy: one 16-byte vector per thread of
     its largest op. A block past that moves no data but still reads the op,
     waits, and adds its share to every notify flag (each flag counts all of a
-    group's blocks). A tuned 32 blocks x 8 groups at 4 KiB all-reduce timed
-    2.9 us in its tune and 4.5 us beside CuPy's baseline: 256 spinning blocks
-    near the 264 that fit (docs/performance.md, "Tuned plans"); capped, such
-    configurations ran up to 1.2x faster (docs/perf/survey/blocks-ab.log)."""
+    group's blocks). Tuned configurations of 16-32 blocks at <= 64 KiB ran
+    1.04-1.2x faster capped, and some that could not fit at once run now
+    (docs/perf/survey/blocks-ab.log)."""
     largest = max((int(low.ops["count"].max()) for low in lowered if len(low.ops)), default=0)
     return max(1, -(-largest * itemsize // (threads * 16)))
 

@@ -213,14 +213,24 @@ def guard_and_record(bench: SessionBench, bucket: Bucket, config: RunConfig, def
     entry's measured size), and why the winner was dropped, if it was."""
     candidates = [config] if default is None or default == config else [config, default]
     samples: dict[RunConfig, list[tuple[float, ...]]] = {c: [] for c in candidates}
+    failed: dict[RunConfig, str] = {}
     for _ in range(rounds):
         for c in candidates:
-            samples[c].append(bench.probe_times(c, bucket))
-    medians = {c: tuple(statistics.median(run[i] for run in runs) for i in range(len(runs[0]))) for c, runs in samples.items()}
+            if c in failed:
+                continue
+            try:
+                samples[c].append(bench.probe_times(c, bucket))
+            except PurlinError as exc:  # it ran in its trial: a failure now is news, not fatal
+                failed[c] = str(exc)
+    medians = {c: tuple(statistics.median(run[i] for run in runs) for i in range(len(runs[0]))) for c, runs in samples.items() if c not in failed}
+    if config in failed and default in medians:
+        return default, medians[default][0], medians[default][0], f"{config.text()} failed when timed again: {failed[config]}"
+    if config not in medians:
+        raise PurlinError(f"{config.text()} failed when timed again at {bucket.text()}: {failed[config]}")
     mine = medians[config]
-    if default is None:
+    base = medians.get(default) if default is not None else None
+    if base is None:
         return config, mine[0], None, None
-    base = medians[default]
     if config != default:
         sizes = [format_bytes(n) for n in bench.probe_nbytes(bucket)]
         worst = min(range(len(mine)), key=lambda i: base[i] / mine[i])
