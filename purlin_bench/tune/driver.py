@@ -178,11 +178,12 @@ class _JobTuning:
             self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: no correct configuration in {outcome.finished} trial(s); bucket left out of the plan")
             return BucketResult(job, self.fp.layout, bucket, outcome, None)
         config = best.config
-        confirmed = confirm_winner(outcome, bench.measure, rounds=request.settings.confirm_rounds) if request.settings.confirm_rounds > 0 else None
+        retimed = ProbeSamples(bench, bucket)
+        confirmed = confirm_winner(outcome, retimed.measure, rounds=request.settings.confirm_rounds) if request.settings.confirm_rounds > 0 else None
         if confirmed is not None:
             config = confirmed.config
-        default = spec.default if outcome.default is not None and outcome.default.time_us is not None else None
-        config, time_us, default_us, why = guard_and_record(bench, bucket, config, default, max(1, request.settings.confirm_rounds))
+        default = outcome.default.config if outcome.default is not None and outcome.default.time_us is not None else None
+        config, time_us, default_us, why = guard_and_record(retimed, config, default, max(1, request.settings.confirm_rounds))
         if why:
             self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: kept the default: {why}")
         entry = PlanEntry(
@@ -205,34 +206,59 @@ class _JobTuning:
 LOSS_BOUND = 0.03
 
 
-def guard_and_record(bench: SessionBench, bucket: Bucket, config: RunConfig, default: RunConfig | None, rounds: int) -> tuple[RunConfig, float, float | None, str | None]:
-    """Time the winner and the default taking turns at every probe size,
-    ``rounds`` times; a winner slower than the default by more than
-    LOSS_BOUND at any of them gives way to the default. Returns the entry's
-    configuration, its time and the default's at the lower edge (the
-    entry's measured size), and why the winner was dropped, if it was."""
-    candidates = [config] if default is None or default == config else [config, default]
-    samples: dict[RunConfig, list[tuple[float, ...]]] = {c: [] for c in candidates}
+class ProbeSamples:
+    """Probe times of the configurations re-timed for one bucket, by the
+    finalists' round and then the guard, which reuses the round's times of
+    the winner and the default instead of timing them again."""
+
+    def __init__(self, bench: SessionBench, bucket: Bucket):
+        self.bench, self.bucket = bench, bucket
+        self.runs: dict[RunConfig, list[tuple[float, ...]]] = {}
+
+    def time(self, config: RunConfig) -> tuple[float, ...]:
+        times = self.bench.probe_times(config, self.bucket)
+        self.runs.setdefault(config, []).append(times)
+        return times
+
+    def measure(self, config: RunConfig, bucket: Bucket) -> float:
+        """A ``measure`` for confirm_winner: the bench's score, recorded."""
+        assert bucket == self.bucket
+        return statistics.geometric_mean(self.time(config))
+
+    def medians(self, config: RunConfig) -> tuple[float, ...]:
+        runs = self.runs[config]
+        return tuple(statistics.median(run[i] for run in runs) for i in range(len(runs[0])))
+
+
+def guard_and_record(samples: ProbeSamples, config: RunConfig, default: RunConfig | None, rounds: int) -> tuple[RunConfig, float, float | None, str | None]:
+    """Time the winner and the default taking turns at every probe size
+    until each has ``rounds`` runs (the finalists' round may have done it);
+    a winner slower than the default by more than LOSS_BOUND at any of them
+    gives way to the default. Returns the entry's configuration, its time
+    and the default's at the lower edge (the entry's measured size), and
+    why the winner was dropped, if it was."""
+    candidates = [c for c in dict.fromkeys((config, default)) if c is not None]
     failed: dict[RunConfig, str] = {}
     for _ in range(rounds):
         for c in candidates:
-            if c in failed:
+            if c in failed or len(samples.runs.get(c, ())) >= rounds:
                 continue
             try:
-                samples[c].append(bench.probe_times(c, bucket))
+                samples.time(c)
             except PurlinError as exc:  # it ran in its trial: a failure now is news, not fatal
                 failed[c] = str(exc)
-    medians = {c: tuple(statistics.median(run[i] for run in runs) for i in range(len(runs[0]))) for c, runs in samples.items() if c not in failed}
-    if config in failed and default in medians:
-        return default, medians[default][0], medians[default][0], f"{config.text()} failed when timed again: {failed[config]}"
-    if config not in medians:
-        raise PurlinError(f"{config.text()} failed when timed again at {bucket.text()}: {failed[config]}")
-    mine = medians[config]
-    base = medians.get(default) if default is not None else None
-    if base is None:
+    usable = {c for c in candidates if c not in failed}
+    if config in failed and default in usable:
+        base = samples.medians(default)
+        return default, base[0], base[0], f"{config.text()} failed when timed again: {failed[config]}"
+    if config in failed:
+        raise PurlinError(f"{config.text()} failed when timed again at {samples.bucket.text()}: {failed[config]}")
+    mine = samples.medians(config)
+    if default not in usable:
         return config, mine[0], None, None
+    base = samples.medians(default)
     if config != default:
-        sizes = [format_bytes(n) for n in bench.probe_nbytes(bucket)]
+        sizes = [format_bytes(n) for n in samples.bench.probe_nbytes(samples.bucket)]
         worst = min(range(len(mine)), key=lambda i: base[i] / mine[i])
         if base[worst] / mine[worst] < 1 - LOSS_BOUND:
             why = f"{config.text()} was {base[worst] / mine[worst]:.2f}x the default's speed at {sizes[worst]}"

@@ -10,7 +10,7 @@ the times there.
 
 from __future__ import annotations
 
-import math
+import statistics
 from typing import Any
 
 from purlin_bench.check import CheckResult
@@ -109,8 +109,7 @@ class SessionBench:
     def measure(self, config: RunConfig, bucket: Bucket) -> float:
         """The score a study minimises: the geometric mean of the probe times,
         so each size's relative change counts alike."""
-        times = self.probe_times(config, bucket)
-        return math.exp(sum(math.log(t) for t in times) / len(times))
+        return statistics.geometric_mean(self.probe_times(config, bucket))
 
     def baseline(self, bucket: Bucket) -> float | None:
         """The baseline's time (what a user would write instead), when the
