@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -100,7 +100,7 @@ def main() -> int:
                 Path(args.json).write_text(json.dumps(rows, indent=1))
     for v in variants:
         ratios = [r["time_us"][variants[0]] / r["time_us"][v] for r in rows]
-        print(f"# {v}: geomean {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}x vs {variants[0]} over {len(ratios)} rows (min {min(ratios):.3f}x, max {max(ratios):.3f}x)")
+        print(f"# {v}: geomean {statistics.geometric_mean(ratios):.3f}x vs {variants[0]} over {len(ratios)} rows (min {min(ratios):.3f}x, max {max(ratios):.3f}x)")
     print(f"# wrong elements: {wrong}")
     return 1 if wrong else 0
 

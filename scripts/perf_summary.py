@@ -8,7 +8,7 @@ speed-up over each baseline, the worst ratio, % of the floor at >= 256 MiB).
 from __future__ import annotations
 
 import json
-import math
+import statistics
 import sys
 from collections import defaultdict
 
@@ -27,7 +27,7 @@ def summarise(path: str) -> str:
     for (collective, strategy), rs in sorted(rows.items()):
         small = [r["out_of_place"]["time"] for r in rs if r["size"] <= 65536]
         ratios = [(r["speedup"].get("cupy"), r["size"]) for r in rs if r["speedup"].get("cupy")]
-        geo = math.exp(sum(math.log(x) for x, _ in ratios) / len(ratios)) if ratios else float("nan")
+        geo = statistics.geometric_mean(x for x, _ in ratios) if ratios else float("nan")
         worst = min(ratios) if ratios else (float("nan"), 0)
         big = [f"{r['roofline_pct']:.1f}" for r in rs if r["size"] >= 256 << 20 and r["roofline_pct"]]
         wrong = sum(r["out_of_place"]["nwrong"] + ((r["in_place"] or {}).get("nwrong") or 0) for r in rs)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import os
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
@@ -67,7 +67,7 @@ def summary(records: list[BenchRecord]) -> list[str]:
     for b in sorted({b for r in records for b in r.baselines}):
         ratios = [s for s in (r.speedup(b) for r in records) if s]
         if ratios:
-            geo = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+            geo = statistics.geometric_mean(ratios)
             lines.append(f"# Speed-up vs {b:<8}: geometric mean {geo:.2f}x over {len(ratios)} sizes (min {min(ratios):.2f}x, max {max(ratios):.2f}x)")
     return lines
 
