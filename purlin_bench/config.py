@@ -1,5 +1,5 @@
 """A runnable configuration: a strategy with its planner parameters and the
-executor's datapath parameters. What the tuner searches and plans store."""
+backend's datapath parameters. What the tuner searches and plans store."""
 
 from __future__ import annotations
 
@@ -32,8 +32,11 @@ class RunConfig:
 
 
 @dataclass(frozen=True)
-class ExecParam:
-    """A datapath parameter an executor accepts."""
+class Param:
+    """A knob, of a strategy (slice bytes, channels) or of a backend's
+    datapath (blocks, threads, ...): its domain, its default and the help
+    text the CLI and sweeps show. One type for both, so a sweep, a plan and
+    the CLI check every parameter the same way."""
 
     name: str
     default: Any
@@ -42,13 +45,18 @@ class ExecParam:
     maximum: int | None = None
     help: str = ""
 
-    def check(self, value: Any) -> Any:
+    def check(self, value: Any, owner: str = "") -> Any:
+        """``value`` if it is in the domain, else a PlanError naming the
+        parameter (and ``owner``, e.g. "strategy 'ring'", when given)."""
+        name = f"{self.name} of {owner}" if owner else self.name
         if self.choices:
             if value not in self.choices:
-                raise PlanError(f"{self.name} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
+                raise PlanError(f"{name} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
             return value
         if isinstance(value, bool) or not isinstance(value, int):
-            raise PlanError(f"{self.name} must be a whole number, got {value!r}")
+            raise PlanError(f"{name} must be a whole number, got {value!r}")
+        if self.maximum is None and self.minimum is not None and value < self.minimum:
+            raise PlanError(f"{name} must be a whole number >= {self.minimum}, got {value}")
         if self.minimum is not None and value < self.minimum or self.maximum is not None and value > self.maximum:
-            raise PlanError(f"{self.name} must be in [{self.minimum}, {self.maximum}], got {value}")
+            raise PlanError(f"{name} must be in [{self.minimum}, {self.maximum}], got {value}")
         return value

@@ -20,8 +20,9 @@ ranks (docs/performance.md, "strategy survey"):
   its chunk to all consumers in one step, ``push`` (2.9 us against direct's
   9 us for a small all-gather; 86% of the floor at 256 MiB).
 
-The datapath parameters (:func:`default_config`) come from the later datapath
-survey (docs/performance.md, "How the defaults got here").
+The datapath parameters come from the later datapath survey
+(docs/performance.md, "How the defaults got here") and live with each
+backend (Backend.default_config): this module chooses strategies only.
 """
 
 from __future__ import annotations
@@ -46,36 +47,19 @@ def default_strategy(inst: Instance) -> str:
     return choice if choice in usable else sorted(usable)[0]
 
 
-# Copy engines beat the SM copy loop once every flow is this large (H200,
-# docs/perf/survey: with 2 MiB flows they ran at 0.8-1.0x the speed of SM
-# unroll=4; with 8 MiB flows 1.1-1.2x SM unroll=2; with 32 MiB and up at
-# 99-102% of the floor against SM unroll=4's 96%).
-CE_MIN_FLOW_BYTES = 4 << 20
 # Most channels the default gives a rank: one per flow it sends (all-to-all).
 _MAX_CHANNELS = 8
 
 
-def default_config(inst: Instance, backend: str = "cupy", fused: bool = True) -> RunConfig:
-    """A sensible configuration for ``inst`` without measuring anything.
-    ``fused``: every rank runs in one launch on one GPU (virtual ranks), the
-    layout the copy-engine datapath needs."""
+def default_plan(inst: Instance) -> RunConfig:
+    """The strategy and planner parameters of the untuned default for
+    ``inst``, without measuring anything. Each backend then adds its own
+    datapath defaults (Backend.default_config)."""
     strategy = default_strategy(inst)
     plan_params = {"channels": 1, "slice_bytes": 0}
-    exec_params: dict[str, int | str] = {}
-    copy = inst.op != "reduce"
-    if strategy == "push" and copy:
+    if strategy == "push" and inst.op != "reduce":
         # A rank sending several flows gives each its own channel, so they
         # run side by side rather than as a chain of ops.
         sent = max(inst.flows_sent().values(), default=1)
         plan_params["channels"] = max(1, min(_MAX_CHANNELS, sent))
-    if backend == "cupy" and copy:
-        # Copies have no reduction's loads to batch: 4 vectors in flight
-        # per thread take single-consumer copies from 84% to 96% of the
-        # floor; reductions keep 2, which is 0.5 us faster at small sizes.
-        exec_params["unroll"] = 4
-        single = all(len(f.consumer_ranks()) == 1 for f in inst.flows)
-        smallest = min((f.count for f in inst.flows), default=0) * inst.itemsize
-        if fused and strategy == "push" and single and smallest >= CE_MIN_FLOW_BYTES:
-            plan_params["channels"] = 1
-            exec_params = {"datapath": "ce"}
-    return RunConfig.make(strategy, plan_params, exec_params)
+    return RunConfig.make(strategy, plan_params)

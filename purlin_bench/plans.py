@@ -7,7 +7,7 @@
 
 ``load_plan`` takes a plan file, or a collective name: then it looks in
 ``results/<gpu-type>/<collective>-<layout>-<dtype>.json`` for the GPU type and
-rank layout of this machine (numpy: "cpu"). A plan tuned on another GPU type
+rank layout of this machine (the CPU reference: "cpu"). A plan tuned on another GPU type
 or layout is refused with what differs; ``override=True`` runs it anyway.
 """
 
@@ -19,11 +19,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from purlin_bench.backends import AUTO, backend_class, detect, make, resolve as resolve_backend
+from purlin_bench.backends.port import run_once
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PurlinError
-from purlin_bench.hardware import Fingerprint, detect
-from purlin_bench.session import Session
+from purlin_bench.hardware import Fingerprint
+from purlin_bench.measurement import MeasurementService
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec, resolve
 from purlin_bench.tune.artifact import ArtifactError, PlanArtifact, PlanEntry, load_plan_file, plan_path
@@ -36,9 +38,8 @@ _RUNNERS_KEPT = 8  # prepared programs per tuned collective (one per message siz
 class TunedCollective:
     """A collective with a tuned configuration per message-size bucket.
 
-    Calling it runs the collective on a list of per-rank input arrays through
-    a :class:`~purlin_bench.session.Session` on the plan's backend and returns
-    the per-rank outputs."""
+    Calling it runs the collective on a list of per-rank input arrays on the
+    plan's backend (or the one asked for) and returns the per-rank outputs."""
 
     def __init__(self, plan: PlanArtifact, spec: CollectiveSpec, backend: str, source: str):
         if not plan.entries:
@@ -48,7 +49,7 @@ class TunedCollective:
         self.backend = backend
         self.source = source
         _, self._np_dtype = resolve_dtype(plan.dtype)
-        self._session: Session | None = None
+        self._service: MeasurementService | None = None
         self._runners: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
 
     def __repr__(self) -> str:
@@ -88,28 +89,34 @@ class TunedCollective:
                 raise PurlinError(f"input of rank {r} is {x.dtype}; this plan is for {self.plan.dtype}")
         count = self.count_of(inputs, root)
         _, runner = self._runner(count, root, redop)
-        return runner.run(list(inputs))
+        service = self.service()
+        with service.backend.guard():
+            return run_once(runner, list(inputs))
 
     def _runner(self, count: int, root: int, redop: str | None) -> tuple[Instance, Any]:
         key = (count, root, redop)
         if key in self._runners:
             self._runners.move_to_end(key)
             return self._runners[key]
-        session = self.session()
-        inst = session.instance(self.spec, count, self.plan.dtype, root)
+        service = self.service()
+        inst = service.instance(self.spec, count, self.plan.dtype, root)
         config = self.config_for(self.spec.bytes_for_count(self.ranks, count, self._np_dtype.itemsize))
-        program = session.program(inst, config, self.plan.dtype, redop)
-        self._runners[key] = (inst, session.runner(program, config))
+        program = service.program(inst, config, self.plan.dtype, redop)
+        with service.backend.guard():
+            runner = service.backend.prepare(program, 1, **dict(config.exec_params))
+        self._runners[key] = (inst, runner)
         if len(self._runners) > _RUNNERS_KEPT:
-            self._runners.popitem(last=False)
+            _, (_, old) = self._runners.popitem(last=False)
+            old.close()
         return self._runners[key]
 
-    def session(self) -> Session:
-        if self._session is None:
+    def service(self) -> MeasurementService:
+        if self._service is None:
+            cls = backend_class(self.backend)
             devices = self.plan.fingerprint.devices
-            gpus = devices if self.backend == "cupy" and len(devices) > 1 else None
-            self._session = Session(self.backend, ranks=self.ranks, gpus=gpus)
-        return self._session
+            gpus = devices if cls.has_devices and len(devices) > 1 else None
+            self._service = MeasurementService(make(cls, self.ranks, gpus))
+        return self._service
 
 
 def load_plan(
@@ -189,10 +196,8 @@ def _is_path(target: str | Path) -> bool:
 
 
 def _natural_backend() -> str:
-    """cupy where a GPU is usable, else the numpy reference."""
-    from purlin_bench.executors import gpu_available
-
-    return "cupy" if gpu_available()[0] else "numpy"
+    """The backend ``auto`` picks here (a GPU where one is usable)."""
+    return resolve_backend(AUTO)[0].name
 
 
 def _plan_gpus(plan: PlanArtifact) -> tuple[int, ...] | None:

@@ -1,4 +1,4 @@
-"""Timing results, shared by the executors that time and the tools that report."""
+"""Timing results, shared by the backends that time and the tools that report."""
 
 from __future__ import annotations
 

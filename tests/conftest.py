@@ -1,6 +1,6 @@
 """Markers that need hardware or services skip cleanly where those are missing:
 
-* ``gpu``: a usable CUDA GPU and CuPy (``executors.gpu_available``);
+* ``gpu``: a usable CUDA GPU and CuPy (the cupy backend's ``available``);
 * ``nvcc``: the CUDA compiler on PATH;
 * ``postgres``: a server at ``PURLIN_TEST_POSTGRES_URL``. Where
   ``PURLIN_REQUIRE_POSTGRES=1`` (set by .ci/start-postgres.sh) a missing
@@ -26,9 +26,10 @@ settings.load_profile("purlin")
 @lru_cache(maxsize=1)
 def _gpu() -> tuple[bool, str]:
     # Imported lazily and asked once: probing CUDA costs time on every call.
-    from purlin_bench.executors import gpu_available
+    from purlin_bench.backends import backend_class
 
-    return gpu_available()
+    why = backend_class("cupy").available()
+    return why is None, why or ""
 
 
 def _missing(marker: str) -> str | None:

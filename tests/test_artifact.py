@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from purlin_bench.config import RunConfig
-from purlin_bench.hardware import detect
+from purlin_bench.backends import detect
 from purlin_bench.tune import artifact as artifact_module
 from purlin_bench.tune.artifact import SCHEMA_VERSION, ArtifactError, PlanArtifact, PlanEntry, SweepRef, load_plan_file, parse_plan, plan_path, write_plan
 

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from purlin_bench.executors.atoms import DTYPE_CODES, REDOP_CODES, compile_options
+from purlin_bench.backends.cupy.atoms import DTYPE_CODES, REDOP_CODES, compile_options
 from purlin_bench.resources import data_dir
 
 pytestmark = pytest.mark.nvcc

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from purlin_bench.cli.main import run
-from purlin_bench.executors.numpy_exec import NumpyRunner
+from purlin_bench.backends.numpy.executor import NumpyRunner
 from purlin_bench.planner import plan
 from purlin_bench.program.model import Program
 from purlin_bench.spec import instantiate, load_builtin
@@ -97,16 +97,16 @@ def test_bad_input_is_one_line_and_nonzero(capsys, bad_yaml, bad_template, args,
 
 
 def test_backend_cupy_without_gpu_is_one_line(capsys, monkeypatch):
-    import purlin_bench.session as session
+    from purlin_bench.backends.cupy import CupyBackend
 
-    monkeypatch.setattr(session, "gpu_available", lambda: (False, "no CUDA GPU found"))
-    assert_one_line_error(*purlin(capsys, "check", "all-reduce", "--backend", "cupy"), "backend cupy needs a GPU: no CUDA GPU found")
+    monkeypatch.setattr(CupyBackend, "available", classmethod(lambda cls: "no CUDA GPU found"))
+    assert_one_line_error(*purlin(capsys, "check", "all-reduce", "--backend", "cupy"), "backend cupy cannot run here: no CUDA GPU found")
 
 
 def test_backend_auto_falls_back_to_numpy_with_one_note(capsys, monkeypatch):
-    import purlin_bench.session as session
+    from purlin_bench.backends.cupy import CupyBackend
 
-    monkeypatch.setattr(session, "gpu_available", lambda: (False, "CuPy is not installed (pip install 'purlin-bench[cuda13]') and a long reason"))
+    monkeypatch.setattr(CupyBackend, "available", classmethod(lambda cls: "CuPy is not installed (pip install 'purlin-bench[cuda13]') and a long reason"))
     code, out, err = purlin(capsys, "check", "reduce", "--ranks", "2", "--backend", "auto")
     assert code == 0
     assert err.splitlines() == ["note: no GPU (CuPy is not installed (pip install 'purlin-bench[cuda13]') and a long reason): using the numpy CPU reference"]
@@ -198,15 +198,15 @@ def test_check_table_and_inplace_modes(capsys):
 
 
 def test_check_fails_with_exit_1_when_outputs_are_wrong(capsys, monkeypatch):
-    real_run = NumpyRunner.run
+    real_outputs = NumpyRunner.outputs
 
-    def corrupt(self, inputs):
-        outputs = real_run(self, inputs)
+    def corrupt(self, slot=0):
+        outputs = real_outputs(self, slot)
         for out in outputs:
             out[:1] += 1  # one wrong element per non-empty output
         return outputs
 
-    monkeypatch.setattr(NumpyRunner, "run", corrupt)
+    monkeypatch.setattr(NumpyRunner, "outputs", corrupt)
     code, out, _ = purlin(capsys, "check", "all-gather", "--ranks", "3", "--strategy", "direct", "--no-inplace")
     assert code == 1
     row = next(line for line in out.splitlines() if line.startswith("│ all-gather"))

@@ -12,7 +12,7 @@ import pytest
 
 from purlin_bench.check import check_program
 from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.executors import get_executor
+from purlin_bench.backends.numpy.executor import NumpyRunner
 from purlin_bench.planner import applicable, plan
 from purlin_bench.plans import load_plan
 from purlin_bench.spec import instantiate, load_builtin
@@ -49,14 +49,13 @@ def test_every_tuned_configuration_is_correct(path):
     artifact = load_plan_file(path)
     spec = load_builtin(artifact.collective)
     itemsize = resolve_dtype(artifact.dtype)[1].itemsize
-    runner_of = get_executor("numpy").prepare
     # an odd count: uneven chunks, unaligned tails
     inst = instantiate(spec, artifact.ranks, 1001, itemsize, root=artifact.ranks - 1 if spec.rooted else 0)
     for entry in artifact.entries:
         config = entry.config
         assert applicable(inst)[config.strategy] is None
         program = plan(inst, config.strategy, artifact.dtype, params=dict(config.plan_params))
-        result = check_program(inst, program, runner_of(program))
+        result = check_program(inst, program, NumpyRunner(program))
         assert result.wrong == 0, f"{path.name} bucket {entry.min_bytes}: {config.text()}: {result}"
 
 

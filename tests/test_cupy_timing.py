@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from purlin_bench.executors.cupy_timing import take_turns, time_side_by_side
+from purlin_bench.backends.cupy.timing import time_side_by_side
+from purlin_bench.backends.port import take_turns
 
 
 def test_batches_take_turns_and_keep_their_own_samples():

@@ -1,4 +1,4 @@
-"""CupyExecutor.warm_up without a GPU: which kernel variants it builds (the
+"""CupyBackend.warm_up without a GPU: which kernel variants it builds (the
 compiler is replaced by a recorder)."""
 
 from __future__ import annotations
@@ -7,18 +7,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from purlin_bench.executors import cupy_exec
+from purlin_bench.backends.cupy import CupyBackend, atoms
 
 
 @pytest.mark.parametrize(("devices", "sys_scope"), [((0, 0, 0, 0), False), ((0, 1), True)])
 def test_every_unroll_block_size_and_build_on_every_device(monkeypatch, devices, sys_scope):
     built = []
-    monkeypatch.setattr(cupy_exec, "snac_kernel", lambda *args: built.append(args))
-    executor = cupy_exec.CupyExecutor()
-    monkeypatch.setattr(executor, "world", lambda ranks: SimpleNamespace(devices=devices))
-    count = executor.warm_up("bfloat16", None, len(devices))
+    monkeypatch.setattr(atoms, "snac_kernel", lambda *args: built.append(args))
+    backend = CupyBackend(len(devices), devices)
+    backend._world = SimpleNamespace(devices=devices)
+    count = backend.warm_up("bfloat16", None)
     assert count == len(built) == 3 * 3 * 2 * len(set(devices))
     assert {(a[0], a[1]) for a in built} == {("bfloat16", "sum")}
     assert {a[2] for a in built} == {1, 2, 4} and {a[3] for a in built} == {128, 256, 512}
     assert {a[4] for a in built} == set(devices) and {a[5] for a in built} == {sys_scope}
-    assert {a[6] for a in built} == {False, True}
+    assert {a[6] for a in built} == {False, True} and {a[7] for a in built} == {()}

@@ -18,7 +18,7 @@ import pytest
 
 from purlin_bench.config import RunConfig
 from purlin_bench.export import ExportError, formats, render
-from purlin_bench.hardware import detect
+from purlin_bench.backends import detect
 from purlin_bench.tune.artifact import PlanArtifact, PlanEntry, SweepRef
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "plan.schema.json").read_text())

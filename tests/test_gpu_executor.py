@@ -9,6 +9,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from purlin_bench.backends.port import run_once
+from purlin_bench.config import RunConfig
 from purlin_bench.check import check_program, compare
 from purlin_bench.dtypes import random_inputs, resolve_dtype
 from purlin_bench.errors import ExecutionError, WatchdogTimeout
@@ -21,11 +23,24 @@ pytestmark = pytest.mark.gpu
 SPECS = load_all_builtin()
 
 
+class PerRanks:
+    """The cupy backend for whatever rank count a program has (a backend
+    instance is bound to one rank layout)."""
+
+    def __init__(self, **options):
+        self.options, self.backends = options, {}
+
+    def prepare(self, program, **params):
+        from purlin_bench.backends.cupy import CupyBackend
+
+        if program.ranks not in self.backends:
+            self.backends[program.ranks] = CupyBackend(program.ranks, **self.options)
+        return self.backends[program.ranks].prepare(program, **params)
+
+
 @pytest.fixture(scope="module")
 def executor():
-    from purlin_bench.executors.cupy_exec import CupyExecutor
-
-    return CupyExecutor(timeout_s=5.0)
+    return PerRanks(timeout_s=5.0)
 
 
 def _check(executor, spec, ranks, count, dtype, strategy, root=0, inplace=False, redop=None, params=None, exec_params=None):
@@ -68,8 +83,10 @@ def test_reduction_ops(executor, redop, dtype):
 def test_large_counts(executor):
     """64 Mi elements per rank, the upper end of the required range: exact
     inputs checked on the device (a host reference over GiBs takes minutes)."""
-    from purlin_bench.bench.gpu_check import exact_check
+    from purlin_bench.backends.cupy import CupyBackend
+    from purlin_bench.measurement import MeasurementService
 
+    service = MeasurementService(CupyBackend(8, timeout_s=5.0))
     big = 64 * 1024 * 1024
     for name, count, dtype, strategy, params in (
         ("all-reduce", big, "float32", "two-shot", {}),
@@ -77,8 +94,7 @@ def test_large_counts(executor):
         ("all-gather", big // 8, "float32", "push", {}),
     ):
         inst = instantiate(load_builtin(name), 8, count, resolve_dtype(dtype)[1].itemsize)
-        program = plan(inst, strategy, dtype, params=params)
-        result = exact_check(executor.prepare(program), inst, program)
+        result = service.check(inst, RunConfig.make(strategy, params), dtype, calls=1)
         assert result.wrong == 0, f"{name} {count} {dtype} {strategy}: {result}"
 
 
@@ -92,9 +108,7 @@ def test_datapath_parameters(executor, exec_params):
 
 def test_split_launches_run_the_multi_gpu_protocol():
     """One launch per rank on one GPU: ready/done flags stay in the kernel."""
-    from purlin_bench.executors.cupy_exec import CupyExecutor
-
-    split = CupyExecutor(split_launches=True, timeout_s=5.0)
+    split = PerRanks(split_launches=True, timeout_s=5.0)
     for name in ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "all-to-all"):
         for strategy, why in applicable(instantiate(load_builtin(name), 4, 999, 4)).items():
             if why is None:
@@ -118,11 +132,11 @@ def test_graph_replays_stay_correct(executor):
             rng = np.random.default_rng(7)
             for replay in range(1000):
                 inputs = random_inputs(rng, program.in_counts, np.dtype(np.float32), "sum")
-                runner.write_inputs(inputs)
+                runner.load(inputs)
                 graph.launch(stream)
                 stream.synchronize()
                 runner.check_status()
-                result = compare(inst, program, inputs, runner.read_outputs())
+                result = compare(inst, program, inputs, runner.outputs())
                 assert result.wrong == 0, f"{strategy}: replay {replay} wrong: {result}"
 
 
@@ -133,9 +147,7 @@ def test_a_runner_keeps_its_buffers_when_a_later_one_needs_them_larger():
     to the next allocation of that size, here ``bystander``)."""
     import cupy
 
-    from purlin_bench.executors.cupy_exec import CupyExecutor
-
-    executor = CupyExecutor(timeout_s=5.0)
+    executor = PerRanks(timeout_s=5.0)
     inst = instantiate(load_builtin("all-reduce"), 4, 4096, 4)
     ring = executor.prepare(plan(inst, "ring", "float32"))
     scratch = ring.array(0, "scratch")
@@ -161,12 +173,10 @@ def test_missing_notify_times_out_and_names_the_wait(executor):
     dropped = lists[rank][channel].pop(index)
     waiter = final_waits[dropped.flag]
     broken = dataclasses.replace(program, lists=tuple(tuple(tuple(s) for s in chans) for chans in lists))
-    from purlin_bench.executors.cupy_exec import CupyExecutor
-
-    short = CupyExecutor(timeout_s=0.5)
+    short = PerRanks(timeout_s=0.5)
     runner = short.prepare(broken)
     with pytest.raises(WatchdogTimeout) as err:
-        runner.run(random_inputs(np.random.default_rng(0), broken.in_counts, np.dtype(np.float32), None))
+        run_once(runner, random_inputs(np.random.default_rng(0), broken.in_counts, np.dtype(np.float32), None))
     message = str(err.value)
     assert f"rank {waiter[0]} channel {waiter[1]} step {waiter[2]} " in message, message
     assert dropped.flag.text() in message, message

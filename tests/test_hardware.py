@@ -10,7 +10,8 @@ import pytest
 
 import purlin_bench.hardware as hardware
 from purlin_bench.errors import PurlinError
-from purlin_bench.hardware import Fingerprint, detect, gpu_type_slug, layout_slug
+from purlin_bench.backends import detect
+from purlin_bench.hardware import Fingerprint, gpu_type_slug, layout_slug
 
 
 @pytest.mark.parametrize(
@@ -116,10 +117,3 @@ def test_differences_name_what_differs():
     diffs = here.differences(other)
     assert any("GPU type h200" in d and "a100" in d for d in diffs)
     assert any("rank layout 8vr vs nvlink-8" in d for d in diffs)
-
-
-def test_one_gpu_means_every_rank_in_one_launch():
-    from purlin_bench.hardware import one_gpu
-
-    assert one_gpu(None) and one_gpu(()) and one_gpu((3,)) and one_gpu((2, 2))
-    assert not one_gpu((0, 1))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from purlin_bench.heuristics import default_config, default_strategy
+from purlin_bench.backends import backend_class
+from purlin_bench.heuristics import default_plan, default_strategy
 from purlin_bench.planner import applicable, plan
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 
@@ -29,7 +30,7 @@ def test_default_strategy_follows_the_dataflow(name):
 def test_default_config_always_plans(spec):
     for ranks in (1, 2, 3, 8):
         inst = instantiate(spec, ranks, 1001, 2, root=ranks - 1 if spec.rooted else 0)
-        config = default_config(inst)
+        config = default_plan(inst)
         assert applicable(inst)[config.strategy] is None
         assert plan(inst, config.strategy, "bfloat16", params=dict(config.plan_params)).ranks == ranks
 
@@ -42,11 +43,24 @@ def test_renaming_a_spec_does_not_change_the_choice():
     assert default_strategy(instantiate(renamed, 8, 64, 4)) == default_strategy(instantiate(spec, 8, 64, 4))
 
 
+def default_config(inst, backend="cupy", fused=True):
+    """The default as a backend completes the heuristics' choice (made
+    without a GPU: the class is read, no device is touched)."""
+    ranks = inst.ranks
+    chosen = backend_class(backend)(ranks, None if fused else tuple(range(ranks)))
+    return chosen.default_config(inst, default_plan(inst))
+
+
 def _at(name, nbytes, itemsize=4):
     from purlin_bench.bench.run import instances
 
     ((_, inst),) = instances(load_builtin(name), [nbytes], 8, {4: "float32", 2: "bfloat16"}[itemsize], 0)
     return inst
+
+
+def test_the_heuristics_choose_strategies_only():
+    assert default_plan(_at("all-gather", 1 << 20)).exec_params == ()
+    assert default_plan(_at("all-to-all", 256 << 20)).exec_params == ()
 
 
 def test_copies_get_four_vectors_in_flight_reductions_keep_the_executor_default():
@@ -68,7 +82,7 @@ def test_copy_engines_take_large_single_consumer_flows_on_one_gpu_only():
     assert dict(default_config(big).plan_params)["channels"] == 1
     assert dict(default_config(big, fused=False).exec_params) == {"unroll": 4}
     # just under the threshold per flow: the SM datapath
-    from purlin_bench.heuristics import CE_MIN_FLOW_BYTES
+    from purlin_bench.backends.cupy import CE_MIN_FLOW_BYTES
 
     under = _at("all-to-all", 8 * (CE_MIN_FLOW_BYTES // 2))
     assert dict(default_config(under).exec_params) == {"unroll": 4}

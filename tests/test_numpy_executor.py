@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from purlin_bench.backends.port import run_once
 from purlin_bench.check import check_program, compare
 from purlin_bench.dtypes import DTYPES, REDOPS, random_inputs
-from purlin_bench.errors import ExecutionError, SpecError
-from purlin_bench.executors import get_executor
-from purlin_bench.executors.numpy_exec import NumpyRunner
+from purlin_bench.errors import ExecutionError, PurlinError, SpecError
+from purlin_bench.backends.numpy.executor import NumpyRunner
 from purlin_bench.planner import applicable, plan
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 from purlin_bench.strategies import STRATEGIES
@@ -64,7 +64,7 @@ def test_repeated_calls_on_one_runner_stay_correct(spec, strategy):
         rng = np.random.default_rng(3)
         for call in range(1, 6):
             inputs = random_inputs(rng, program.in_counts, np.dtype(np.float32), program.redop)
-            assert compare(inst, program, inputs, runner.run(inputs)).ok, f"call {call}"
+            assert compare(inst, program, inputs, run_once(runner, inputs)).ok, f"call {call}"
             assert runner.epoch == call
         # every flag was bumped exactly once per call
         assert set(runner.flags.values()) == {5}
@@ -77,7 +77,7 @@ def test_interleaving_does_not_change_the_result(strategy):
     inst = instantiate(load_builtin("all-reduce"), 5, 999, 2)
     program = plan(inst, strategy, "float16", params={"slice_bytes": 256})
     inputs = random_inputs(np.random.default_rng(0), program.in_counts, np.dtype(np.float16), "sum")
-    results = [NumpyRunner(program, seed=s).run(inputs) for s in range(4)]
+    results = [run_once(NumpyRunner(program, seed=s), inputs) for s in range(4)]
     for other in results[1:]:
         assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(results[0], other))
     assert compare(inst, program, inputs, results[0]).ok
@@ -88,21 +88,21 @@ def test_copies_are_bit_exact_and_integer_reductions_exact():
     program = plan(inst, "ring", "bfloat16")
     bf16 = DTYPES["bfloat16"]
     inputs = [np.random.default_rng(r).standard_normal(33).astype(bf16) for r in range(4)]
-    out = NumpyRunner(program).run(inputs)
+    out = run_once(NumpyRunner(program), inputs)
     expected = np.concatenate(inputs)
     assert all(np.array_equal(o.view(np.uint16), expected.view(np.uint16)) for o in out)
 
     inst = instantiate(load_builtin("all-reduce"), 3, 10, 4)
     program = plan(inst, "ring", "int32", "prod")
     inputs = [np.full(10, v, dtype=np.int32) for v in (-3, 5, 7)]
-    assert all(np.array_equal(o, np.full(10, -105, dtype=np.int32)) for o in NumpyRunner(program).run(inputs))
+    assert all(np.array_equal(o, np.full(10, -105, dtype=np.int32)) for o in run_once(NumpyRunner(program), inputs))
 
 
 def test_float16_reduction_is_within_tolerance_not_exact():
     inst = instantiate(load_builtin("all-reduce"), 8, 4096, 2)
     program = plan(inst, "ring", "float16")
     inputs = random_inputs(np.random.default_rng(1), program.in_counts, np.dtype(np.float16), "sum")
-    out = NumpyRunner(program).run(inputs)
+    out = run_once(NumpyRunner(program), inputs)
     assert compare(inst, program, inputs, out).ok
     # The ring rounds at every hop; the float64 reference rounds once. They differ
     # somewhere, so the comparison really uses its tolerance.
@@ -112,18 +112,20 @@ def test_float16_reduction_is_within_tolerance_not_exact():
 def test_zero_count_runs_and_outputs_nothing():
     inst = instantiate(load_builtin("all-reduce"), 3, 0, 4)
     program = plan(inst, "ring", "float32")
-    assert [o.size for o in NumpyRunner(program).run([np.zeros(0, np.float32)] * 3)] == [0, 0, 0]
+    assert [o.size for o in run_once(NumpyRunner(program), [np.zeros(0, np.float32)] * 3)] == [0, 0, 0]
 
 
 def test_bad_inputs_are_refused():
     inst = instantiate(load_builtin("all-reduce"), 2, 8, 4)
-    runner = get_executor("numpy").prepare(plan(inst, "direct", "float32"))
+    runner = NumpyRunner(plan(inst, "direct", "float32"))
     with pytest.raises(ExecutionError, match="expected 2 input arrays, got 1"):
-        runner.run([np.zeros(8, np.float32)])
+        run_once(runner, [np.zeros(8, np.float32)])
     with pytest.raises(ExecutionError, match=r"input of rank 1 has shape \(7,\), expected \(8,\)"):
-        runner.run([np.zeros(8, np.float32), np.zeros(7, np.float32)])
+        run_once(runner, [np.zeros(8, np.float32), np.zeros(7, np.float32)])
 
 
 def test_unknown_backend():
-    with pytest.raises(ExecutionError, match="unknown backend 'tpu'"):
-        get_executor("tpu")
+    from purlin_bench.backends import backend_class
+
+    with pytest.raises(PurlinError, match="unknown backend 'tpu'"):
+        backend_class("tpu")

@@ -12,7 +12,8 @@ import pytest
 import purlin_bench
 from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
-from purlin_bench.hardware import Fingerprint, detect
+from purlin_bench.backends import detect
+from purlin_bench.hardware import Fingerprint
 from purlin_bench.plans import TunedCollective, load_plan, plan_lookup
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.tune.artifact import ArtifactError, PlanArtifact, PlanEntry, SweepRef, plan_path, write_plan

@@ -74,12 +74,12 @@ def test_tune_writes_plans_and_resumes_by_total_trials(capsys, tmp_path, tiny):
 
 
 def test_every_trial_is_checked_and_timed_at_each_probe_size(capsys, tmp_path, tiny, monkeypatch):
-    from purlin_bench.session import Session
+    from purlin_bench.measurement import MeasurementService
 
     checked, timed = [], []
-    check, time_ = Session.check, Session.time
-    monkeypatch.setattr(Session, "check", lambda self, inst, config, dtype, **kw: checked.append((config, inst.count)) or check(self, inst, config, dtype, **kw))
-    monkeypatch.setattr(Session, "time", lambda self, inst, config, dtype, **kw: timed.append((config, inst.count)) or time_(self, inst, config, dtype, **kw))
+    prepare, compare = MeasurementService.prepare, MeasurementService.compare
+    monkeypatch.setattr(MeasurementService, "prepare", lambda self, inst, config, dtype, *a, **kw: checked.append((config, inst.count)) or prepare(self, inst, config, dtype, *a, **kw))
+    monkeypatch.setattr(MeasurementService, "compare", lambda self, inst, configs, dtype, *a, **kw: timed.extend((c, inst.count) for c in configs.values()) or compare(self, inst, configs, dtype, *a, **kw))
     out = tmp_path / "results"
     code, _, _ = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", out, "--sizes", "8,16K", "--max-bytes", "8K", "--confirm", "0")
     assert code == 0
@@ -97,13 +97,13 @@ def test_every_trial_is_checked_and_timed_at_each_probe_size(capsys, tmp_path, t
 def test_kernels_are_built_before_any_study_is_timed(capsys, tmp_path, tiny, monkeypatch):
     """On a GPU the first use of each kernel variant compiles it; a tune
     builds them all up front, so the studies' timeouts measure trials."""
-    from purlin_bench.tune.measure import SessionBench
+    from purlin_bench.tune.measure import ServiceBench
 
     events = []
-    measure, prime = SessionBench.measure, SessionBench.prime
-    monkeypatch.setattr(SessionBench, "warm_up", lambda self: events.append(("warm", None)) or 18)
-    monkeypatch.setattr(SessionBench, "prime", lambda self, config, bucket: events.append(("prime", bucket.min_bytes)) or prime(self, config, bucket))
-    monkeypatch.setattr(SessionBench, "measure", lambda self, config, bucket: events.append(("measure", bucket.min_bytes)) or measure(self, config, bucket))
+    measure, prime = ServiceBench.measure, ServiceBench.prime
+    monkeypatch.setattr(ServiceBench, "warm_up", lambda self: events.append(("warm", None)) or 18)
+    monkeypatch.setattr(ServiceBench, "prime", lambda self, config, bucket: events.append(("prime", bucket.min_bytes)) or prime(self, config, bucket))
+    monkeypatch.setattr(ServiceBench, "measure", lambda self, config, bucket: events.append(("measure", bucket.min_bytes)) or measure(self, config, bucket))
     code, stdout, stderr = purlin(capsys, "tune", "all-gather", "--sweep", tiny, "--backend", "numpy", "--out", tmp_path / "r", "--trials", "2", "--confirm", "0")
     assert code == 0
     assert events[0] == ("warm", None) and events.count(("warm", None)) == 1
@@ -167,7 +167,7 @@ def test_bad_sweeps(capsys, tmp_path, text, needle):
         (["tune", "all-reduce", "--trials", "0"], "--trials must be >= 1"),
         (["tune", "all-reduce", "--confirm", "-1"], "--confirm must be >= 0 rounds"),
         (["tune", "all-reduce", "--dtype", "float8"], "unknown dtype 'float8'"),
-        (["tune", "all-reduce", "--gpus", "0,1"], "--gpus needs the cupy backend"),
+        (["tune", "all-reduce", "--gpus", "0,1"], "--gpus needs a backend that runs on GPUs"),
         (["tune", "all-reduce", "--sizes", "8,lots"], "--sizes"),
         (["tune", "all-reduce", "--max-bytes", "4"], "no size bucket starts at or below --max-bytes 4"),
         (["tune", "all-reduce", "--storage", "nosuchdb://x/y"], "cannot open study storage nosuchdb://x/y"),

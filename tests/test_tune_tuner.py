@@ -278,13 +278,13 @@ def test_bad_settings(storage):
 
 
 def test_effective_config_per_backend():
-    from purlin_bench.executors.cupy_exec import CupyExecutor
+    from purlin_bench.backends.cupy import CupyBackend
     from purlin_bench.tune.effective import for_backend
 
     sampled = RunConfig.make("ring", {"channels": 2}, {"blocks": 4, "warp": 1})
     assert for_backend(sampled, "numpy") == RunConfig.make("ring", {"channels": 2, "slice_bytes": 0})
     on_gpu = for_backend(sampled, "cupy")  # the executor's own defaults fill the rest; unknown names go
-    assert dict(on_gpu.exec_params) == {**{p.name: p.default for p in CupyExecutor.PARAMS}, "blocks": 4}
+    assert dict(on_gpu.exec_params) == {**{p.name: p.default for p in CupyBackend.params}, "blocks": 4}
 
 
 # -- the confirmation round ----------------------------------------------------

@@ -19,10 +19,11 @@ from typing import Callable
 import numpy as np
 import pytest
 
+from purlin_bench.backends.port import run_once
 from purlin_bench.check import check_program, compare
 from purlin_bench.dtypes import random_inputs
 from purlin_bench.errors import DeadlockError
-from purlin_bench.executors.numpy_exec import NumpyRunner
+from purlin_bench.backends.numpy.executor import NumpyRunner
 from purlin_bench.planner import plan
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step, StepId
 from purlin_bench.program.validate import ProgramInvalid, validate
@@ -230,5 +231,5 @@ def test_duplicate_a_notify_breaks_the_next_call():
     wrong = []
     for _ in range(2):
         inputs = random_inputs(rng, broken.in_counts, np.dtype(np.float32), "sum")
-        wrong.append(compare(inst, broken, inputs, runner.run(inputs)).wrong)
+        wrong.append(compare(inst, broken, inputs, run_once(runner, inputs)).wrong)
     assert wrong[0] == 0 and wrong[1] > 0

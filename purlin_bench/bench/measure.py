@@ -7,29 +7,16 @@ configuration, the baselines' times measured in the same run, and the floor.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
-
-from purlin_bench.bench.baseline import NumpyBaseline
-from purlin_bench.bench.gpu_check import expected_outputs, run_and_count_wrong
-from purlin_bench.bench.inputs import exact_inputs
-from purlin_bench.bench.nccl_baseline import NCCL_COLLECTIVES, NcclBaseline
-from purlin_bench.bench.roofline import Bandwidth
+from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.config import RunConfig
-from purlin_bench.dtypes import count_wrong, resolve_dtype
+from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import ExecutionError
-from purlin_bench.executors.cupy_timing import Candidate, time_calls, time_side_by_side
-from purlin_bench.heuristics import default_config
-from purlin_bench.planner import plan
+from purlin_bench.measurement import MeasurementService
+from purlin_bench.roofline import Bandwidth
 from purlin_bench.spec.instance import Instance
-
-# Rotate inputs over enough buffer sets that one call's data is not still in
-# L2 from the last (the H200 has 60 MB of L2); big messages need no rotation.
-_ROTATE_BYTES = 256 << 20
-_MAX_SETS = 8
 
 
 @dataclass(frozen=True)
@@ -73,13 +60,10 @@ class BenchRecord:
 
 @dataclass(frozen=True)
 class BenchOptions:
-    iters: int = 20
-    warmup: int = 5
-    reps: int = 5
-    graph: bool = True
+    policy: TimingPolicy = TimingPolicy()
     check: bool = True
     inplace: bool = True
-    baselines: tuple[str, ...] = ("cupy",)
+    baselines: tuple[str, ...] = ()
 
 
 def _side(inst: Instance, size: int, time_us: float, nwrong: int) -> Side:
@@ -87,127 +71,41 @@ def _side(inst: Instance, size: int, time_us: float, nwrong: int) -> Side:
     return Side(time_us, algbw, algbw * inst.busbw_factor(), nwrong)
 
 
-def _sets_for(program) -> int:
-    per_set = (sum(program.in_counts) + sum(program.out_counts)) * resolve_dtype(program.dtype)[1].itemsize
-    return int(min(_MAX_SETS, max(1, -(-_ROTATE_BYTES // max(1, per_set)))))
-
-
 # Not a baseline a user would write, but what a tuned plan replaces: the
 # untuned default (`--strategy auto`), checked and timed in the same process
 # as the configuration under test, so "vs default" is a same-run ratio.
 DEFAULT = "default"
+_CONFIG = "config"
 
 
-class GpuMeasurer:
-    """Measures on the cupy backend; baselines: cupy (virtual ranks), nccl (one
-    rank per GPU) and ``default`` (the untuned default configuration)."""
+class Measurer:
+    """One bench row at a time, through the measurement service: the
+    configuration, the default (when asked) and the backend's baselines
+    timed side by side; in place timed after, on its own."""
 
-    def __init__(self, executor, options: BenchOptions, bandwidth: Bandwidth | None):
-        self.executor, self.options, self.bandwidth = executor, options, bandwidth
+    def __init__(self, service: MeasurementService, options: BenchOptions, bandwidth: Bandwidth | None):
+        self.service, self.options, self.bandwidth = service, options, bandwidth
+        self.unavailable: dict[str, str] = {}  # baseline -> why it could not run, first seen
 
     def measure(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None) -> BenchRecord:
         o = self.options
         _, np_dtype = resolve_dtype(dtype)
         size = inst.spec.bytes_for_count(inst.ranks, inst.count, np_dtype.itemsize)
-        program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params))
-        sets = _sets_for(program)
-        runner = self.executor.prepare(program, sets=sets, **dict(config.exec_params))
-        inputs = exact_inputs(program.in_counts, np_dtype, program.redop)
-        baseline, expected = expected_outputs(runner, inst, program, inputs)
-        if "cupy" not in o.baselines:
-            baseline = None
-        nwrong = run_and_count_wrong(runner, expected) if o.check else 0
-        for slot in range(1, sets):
-            runner.write_inputs(inputs, slot)
-        device = runner.world.devices[0]
-        # The configuration and the same-GPU baselines take turns batch by
-        # batch (cupy_timing), so their ratios hold on a drifting machine.
-        candidates = {"config": runner.candidate()}
-        if baseline is not None:
-
-            def enqueue(target, i: int) -> None:
-                with target:
-                    baseline(i % sets)
-
-            candidates["cupy"] = Candidate(enqueue, runner.main_stream())
+        configs = {_CONFIG: config}
         if DEFAULT in o.baselines:
-            candidates[DEFAULT] = self._default_runner(inst, dtype, redop, runner.world.fused, inputs, expected, sets).candidate()
-        times = dict(zip(candidates, time_side_by_side(list(candidates.values()), device, o.iters, o.warmup, o.reps, o.graph)))
-        oop = times.pop("config")
-        baselines = {name: t.median_us for name, t in times.items()}
-        if "nccl" in o.baselines and not runner.world.fused and inst.spec.name in NCCL_COLLECTIVES:
-            nccl = NcclBaseline(inst, runner, dtype, program.redop)
-            baselines["nccl"] = time_calls(lambda target, i: nccl(target, i % sets), runner.main_stream(), device, o.iters, o.warmup, o.reps, o.graph).median_us
+            configs[DEFAULT] = self.service.default_config(inst)
+        baselines = [b for b in o.baselines if b != DEFAULT]
+        compared = self.service.compare(inst, configs, dtype, redop, baselines, o.policy)
+        for name, why in compared.unavailable.items():
+            self.unavailable.setdefault(name, why)
+        if o.check and compared.nwrong.get(DEFAULT):
+            raise ExecutionError(f"the default configuration {configs[DEFAULT].text()} gave {compared.nwrong[DEFAULT]} wrong elements: a bug, please report it")
+        times = {label: t.median_us for label, t in compared.times.items() if label != _CONFIG}
+        nwrong = compared.nwrong[_CONFIG] if o.check else 0
         in_place = None
         if o.inplace and inst.inplace_refusal() is None:
-            ip_program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace=True)
-            ip_runner = self.executor.prepare(ip_program, sets=1, **dict(config.exec_params))
-            ip_wrong = 0
-            if o.check:
-                ip_runner.write_inputs(inputs)
-                ip_wrong = run_and_count_wrong(ip_runner, expected)
-            ip_time = ip_runner.time(o.iters, o.warmup, o.reps, o.graph)
-            in_place = _side(inst, size, ip_time.median_us, ip_wrong)
+            ip = self.service.compare(inst, {_CONFIG: config}, dtype, redop, (), o.policy, inplace=True)
+            in_place = _side(inst, size, ip.us(_CONFIG), ip.nwrong[_CONFIG] if o.check else 0)
         floor = self.bandwidth.floor_us(inst, size) if self.bandwidth else None
-        return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", inst.root, config.text(), config.to_dict(), _side(inst, size, oop.median_us, nwrong), in_place, baselines, floor)
-
-    def _default_runner(self, inst: Instance, dtype: str, redop: str | None, fused: bool, inputs, expected, sets: int):
-        """The untuned default, prepared on the same inputs and checked."""
-        config = default_config(inst, "cupy", fused)
-        program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params))
-        runner = self.executor.prepare(program, sets=sets, **dict(config.exec_params))
-        for slot in range(sets):
-            runner.write_inputs(inputs, slot)
-        if self.options.check:
-            _refuse_wrong_default(config, run_and_count_wrong(runner, expected))
-        return runner
-
-
-def _refuse_wrong_default(config: RunConfig, wrong: int) -> None:
-    if wrong:
-        raise ExecutionError(f"the default configuration {config.text()} gave {wrong} wrong elements: a bug, please report it")
-
-
-class NumpyMeasurer:
-    """The CPU reference as a backend: times are CPU times of the reference
-    executor (no GPU here), the baseline is NumPy's own reference."""
-
-    def __init__(self, executor, options: BenchOptions):
-        self.executor, self.options = executor, options
-
-    def _time(self, call: Callable[[], object]) -> float:
-        o = self.options
-        for _ in range(max(0, min(o.warmup, 2))):
-            call()
-        samples = []
-        for _ in range(max(1, min(o.reps, 3))):
-            start = time.perf_counter()
-            call()
-            samples.append((time.perf_counter() - start) * 1e6)
-        return float(np.median(samples))
-
-    def measure(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None) -> BenchRecord:
-        o = self.options
-        _, np_dtype = resolve_dtype(dtype)
-        size = inst.spec.bytes_for_count(inst.ranks, inst.count, np_dtype.itemsize)
-        program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params))
-        inputs = exact_inputs(program.in_counts, np_dtype, program.redop)
-        reference = NumpyBaseline(inst, program.redop)
-        expected = reference.run(inputs)
-
-        def side(prog) -> Side:
-            runner = self.executor.prepare(prog)
-            outs = runner.run(inputs)
-            wrong = sum(count_wrong(a, b, None) for a, b in zip(outs, expected)) if o.check else 0
-            return _side(inst, size, self._time(lambda: runner.run(inputs)), wrong)
-
-        oop = side(program)
-        in_place = side(plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace=True)) if o.inplace and inst.inplace_refusal() is None else None
-        baselines = {"numpy": self._time(lambda: reference.run(inputs))} if "numpy" in o.baselines else {}
-        if DEFAULT in o.baselines:
-            default = default_config(inst, "numpy")
-            runner = self.executor.prepare(plan(inst, default.strategy, dtype, redop, dict(default.plan_params)))
-            if o.check:
-                _refuse_wrong_default(default, sum(count_wrong(a, b, None) for a, b in zip(runner.run(inputs), expected)))
-            baselines[DEFAULT] = self._time(lambda: runner.run(inputs))
-        return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", inst.root, config.text(), config.to_dict(), oop, in_place, baselines, None)
+        program = self.service.program(inst, config, dtype, redop)
+        return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", inst.root, config.text(), config.to_dict(), _side(inst, size, compared.us(_CONFIG), nwrong), in_place, times, floor)

@@ -8,7 +8,6 @@ from typing import Any, Callable
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PurlinError
-from purlin_bench.heuristics import default_config
 from purlin_bench.planner import applicable
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
@@ -24,12 +23,14 @@ class Choice:
     plan_lookup: Callable[[Instance, int], RunConfig] | None = None  # (instance, size bytes) -> config
 
 
-def configs_for(inst: Instance, size: int, choice: Choice, backend: str, fused: bool = True) -> list[RunConfig]:
+def configs_for(inst: Instance, size: int, choice: Choice, default: Callable[[Instance], RunConfig]) -> list[RunConfig]:
+    """The configurations to measure at one size; ``default(inst)`` is the
+    untuned default (MeasurementService.default_config)."""
     if choice.plan_lookup is not None:
         return [choice.plan_lookup(inst, size)]
     usable = [name for name, why in applicable(inst).items() if why is None]
     if choice.strategy == "auto":
-        base = default_config(inst, backend, fused)
+        base = default(inst)
         return [RunConfig.make(base.strategy, {**dict(base.plan_params), **choice.plan_overrides}, {**dict(base.exec_params), **choice.exec_overrides})]
     names = usable if choice.strategy == "all" else [choice.strategy]
     if choice.strategy not in ("all",) and choice.strategy not in usable:

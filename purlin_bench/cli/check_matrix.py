@@ -6,7 +6,7 @@ why, what is an error) can be read and tested without a console.
 Cost: instantiating a spec is cheap but planning is not (the validator walks
 every program), so :func:`expand` instantiates each (spec, ranks, root, count,
 element size) once, and :func:`run` plans through the planner's cache and
-keeps one Session per rank count.
+keeps one measurement service per rank count.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
-from purlin_bench.check import check_program
+from purlin_bench.backends import make
+from purlin_bench.backends.port import Backend
 from purlin_bench.cli.targets import Target
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import DTYPES, REDOPS, resolve_dtype
 from purlin_bench.errors import PurlinError
+from purlin_bench.measurement import MeasurementService
 from purlin_bench.planner import applicable
-from purlin_bench.session import Session
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.strategies import STRATEGIES
 
@@ -187,29 +188,29 @@ def _expand_strategies(request: Request, target: Target, inst: Instance, base: C
 
 
 class Runner:
-    """Runs jobs on one backend, one Session per rank count."""
+    """Runs jobs on one backend, one measurement service per rank count."""
 
-    def __init__(self, backend: str, seed: int, gpus: tuple[int, ...] | None = None):
+    def __init__(self, backend: type[Backend], seed: int, gpus: tuple[int, ...] | None = None):
         self.backend = backend
         self.seed = seed
         self.gpus = gpus  # one rank per GPU; rank counts then equal len(gpus)
-        self.sessions: dict[int, Session] = {}
+        self.services: dict[int, MeasurementService] = {}
 
-    def session(self, ranks: int) -> Session:
-        if ranks not in self.sessions:
-            self.sessions[ranks] = Session(self.backend, ranks=ranks, gpus=self.gpus, seed=self.seed)
-        return self.sessions[ranks]
+    def service(self, ranks: int) -> MeasurementService:
+        if ranks not in self.services:
+            self.services[ranks] = MeasurementService(make(self.backend, ranks, self.gpus, self.seed))
+        return self.services[ranks]
 
     def run(self, job: Job) -> Outcome:
         c = job.combo
-        session = self.session(c.ranks)
+        service = self.service(c.ranks)
         config = RunConfig.make(c.strategy)
         try:
-            program = session.program(job.inst, config, c.dtype, c.redop, c.inplace)
+            program = service.program(job.inst, config, c.dtype, c.redop, c.inplace)
         except PurlinError as exc:  # a strategy emitted a program the validator rejects: a bug to report
             return Outcome(c, ERROR, note=f"plan: {exc}")
         try:
-            result = check_program(job.inst, program, session.runner(program, config), seed=self.seed)
+            result = service.check(job.inst, config, c.dtype, c.redop, c.inplace, seed=self.seed)
         except PurlinError as exc:  # deadlock, device timeout
             return Outcome(c, ERROR, steps=program.step_count(), note=f"run: {exc}")
         status = PASS if result.ok else FAIL

@@ -6,28 +6,33 @@ from typing import Optional
 
 import typer
 
-from purlin_bench.bench.env import environment
-from purlin_bench.bench.measure import DEFAULT, BenchOptions, GpuMeasurer, NumpyMeasurer
+from purlin_bench.backends import AUTO, all_params, make, names, resolve as resolve_backend
+from purlin_bench.backends.port import TimingPolicy
+from purlin_bench.bench.measure import DEFAULT, BenchOptions, Measurer
 from purlin_bench.bench.report import summary, table, write_csv, write_json
 from purlin_bench.bench.run import Choice, configs_for, instances
 from purlin_bench.bench.sizes import sweep
 from purlin_bench.cli import common
 from purlin_bench.dtypes import REDOPS, resolve_dtype
 from purlin_bench.errors import PurlinError
-from purlin_bench.executors import get_executor
-from purlin_bench.hardware import one_gpu
-from purlin_bench.session import resolve_backend
+from purlin_bench.measurement import MeasurementService
 from purlin_bench.spec.loader import load_all_builtin, resolve
 
 ORDER = 40
-# Without a GPU the reference executor runs in NumPy: keep its default sweep short.
-_NUMPY_DEFAULT_MAX = "1M"
+# The datapath parameters the bench takes as overrides, with the help text
+# their backends give them.
+_DATAPATH = all_params()
+
+
+def _param_help(name: str) -> str:
+    param, owners = _DATAPATH[name]
+    return f"override: {param.help} ({', '.join(owners)})"
 
 
 def bench(
     collective: str = typer.Argument(..., help="collective name, a spec .yaml, or 'all'"),
     minbytes: str = typer.Option("8", "-b", "--minbytes", help="smallest message size S (nccl-tests convention)"),
-    maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes", help="largest message size [default: 256M on a GPU, 1M on numpy]"),
+    maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes", help="largest message size [default: the backend's, 256M on a GPU, 1M on the CPU reference]"),
     stepfactor: int = typer.Option(2, "-f", "--stepfactor", help="multiply the size by this each step"),
     iters: int = typer.Option(20, "-n", "--iters", help="calls per timed batch (one CUDA graph)"),
     warmup: int = typer.Option(5, "-w", "--warmup_iters", help="untimed batches first"),
@@ -40,15 +45,15 @@ def bench(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="one rank per GPU: '0,1,2,3' or 'all'"),
     strategy: str = typer.Option("auto", "--strategy", help="a strategy, 'auto' (untuned default) or 'all'"),
     plan: Optional[str] = typer.Option(None, "--plan", help="a tuned plan file, or 'auto' to find one for this GPU"),
-    baseline: str = typer.Option("auto", "--baseline", help="comma list: cupy (virtual ranks), nccl (--gpus), default (the untuned --strategy auto, to rate a --plan), none; auto picks cupy or nccl by layout"),
+    baseline: str = typer.Option("auto", "--baseline", help="comma list: the backend's baselines (on a GPU: cupy on virtual ranks, nccl with --gpus), default (the untuned --strategy auto, to rate a --plan), none; auto: the backend's strongest"),
     inplace: bool = typer.Option(True, "--inplace/--no-inplace", help="also measure in place"),
-    backend: str = typer.Option("auto", "--backend", help="auto|cupy|numpy"),
+    backend: str = typer.Option(AUTO, "--backend", help=" | ".join((AUTO, *names()))),
     channels: Optional[int] = typer.Option(None, "--channels", help="override: channels per rank"),
     slice_bytes: Optional[int] = typer.Option(None, "--slice-bytes", help="override: slice bytes"),
-    blocks: Optional[int] = typer.Option(None, "--blocks", help="override: thread blocks per channel (cupy)"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="override: threads per block (cupy)"),
-    datapath: Optional[str] = typer.Option(None, "--datapath", help="override: sm|ce (cupy)"),
-    unroll: Optional[int] = typer.Option(None, "--unroll", help="override: 16-byte vectors per source a thread has in flight, 1|2|4 (cupy)"),
+    blocks: Optional[int] = typer.Option(None, "--blocks", help=_param_help("blocks")),
+    threads: Optional[int] = typer.Option(None, "--threads", help=_param_help("threads")),
+    datapath: Optional[str] = typer.Option(None, "--datapath", help=_param_help("datapath")),
+    unroll: Optional[int] = typer.Option(None, "--unroll", help=_param_help("unroll")),
     json_out: Optional[str] = typer.Option(None, "--json", help="write results (nccl-tests -J rows plus ours) here"),
     csv_out: Optional[str] = typer.Option(None, "--csv", help="write one CSV row per size here"),
     plot_out: Optional[str] = typer.Option(None, "--plot", help="write a bandwidth/latency plot (PNG) here"),
@@ -57,39 +62,30 @@ def bench(
     dtype, _ = resolve_dtype(datatype)
     if op not in REDOPS:
         raise PurlinError(f"unknown reduction '{op}' (known: {', '.join(REDOPS)})")
-    backend_name, why = resolve_backend(backend)
-    devices = common.gpu_devices(gpus, backend_name)
+    backend_cls, why = resolve_backend(backend)
+    devices = common.gpu_devices(gpus, backend_cls)
     n_ranks = len(devices) if devices else ranks
     if n_ranks < 1:
         raise PurlinError(f"--ranks must be at least 1, got {n_ranks}")
-    sizes = sweep(common.parse_bytes(minbytes, "--minbytes"), common.parse_bytes(maxbytes or ("256M" if backend_name == "cupy" else _NUMPY_DEFAULT_MAX), "--maxbytes"), stepfactor)
+    sizes = sweep(common.parse_bytes(minbytes, "--minbytes"), common.parse_bytes(maxbytes or backend_cls.default_bench_max, "--maxbytes"), stepfactor)
     if iters < 1 or warmup < 0 or cudagraph < 0:
         raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
-    names = common.name_list(baseline)
-    names = [n for b in names for n in ((["nccl"] if devices else ["cupy"]) if b == "auto" else [b])]
-    baselines = tuple(dict.fromkeys(b for b in names if b != "none"))
-    for b in baselines:
-        if b not in ("cupy", "nccl", DEFAULT):
-            raise PurlinError(f"unknown baseline '{b}' (known: auto, cupy, nccl, default, none)")
     specs = load_all_builtin() if collective == "all" else [resolve(collective)]
-    choice = _choice(strategy, plan, channels, slice_bytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_name, n_ranks, dtype)
-    options = BenchOptions(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0, check=bool(check), inplace=inplace, baselines=baselines if backend_name == "cupy" else ("numpy", *(b for b in baselines if b == DEFAULT)))
-    if backend_name == "cupy":
-        from purlin_bench.bench.roofline import measure_copy_bandwidth
-
-        executor = get_executor("cupy", devices=tuple(devices) if devices else None)
-        bandwidth = measure_copy_bandwidth(tuple(devices) if devices else (0,))
-        measurer = GpuMeasurer(executor, options, bandwidth)
-        where = executor.describe(n_ranks)
-    else:
-        bandwidth = None
-        measurer = NumpyMeasurer(get_executor("numpy"), options)
-        where = f"numpy CPU reference, {n_ranks} simulated ranks"
+    choice = _choice(strategy, plan, channels, slice_bytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_cls, n_ranks, dtype)
+    backend_obj = make(backend_cls, n_ranks, tuple(devices) if devices else None)
+    baselines = _baselines(baseline, backend_obj.baselines())
+    policy = TimingPolicy(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0)
+    options = BenchOptions(policy=policy, check=bool(check), inplace=inplace, baselines=baselines)
+    service = MeasurementService(backend_obj)
+    with backend_obj.guard():
+        bandwidth = backend_obj.copy_bandwidth()
+        where = backend_obj.describe()
+        env = backend_obj.environment()
+    measurer = Measurer(service, options, bandwidth)
     if why:  # only now: bad input above gets its one error line and nothing else
         common.note(f"{why}. Times below are CPU times of the reference executor, not GPU times.")
-    env = environment(backend_name, tuple(devices) if devices else (0,))
-    timing = ("CUDA graphs" if options.graph else "eager launches") if backend_name == "cupy" else "CPU wall clock"
-    common.console.print(f"# purlin bench on {where}; {timing}, {iters} calls per batch, median of {options.reps}", highlight=False)
+    timing = backend_obj.time_label(policy)
+    common.console.print(f"# purlin bench on {where}; {timing}, {iters} calls per batch, median of {policy.reps}", highlight=False)
     if bandwidth is not None:
         # The floor's yardstick, measured in this run: recorded so "% floor" can be re-derived.
         env["copy_bandwidth_gbps"] = round(bandwidth.bytes_per_s / 1e9, 1)
@@ -105,13 +101,15 @@ def bench(
             spec_records = []
             for size, inst in items:
                 progress.update(task, description=f"{spec.name} {size} B")
-                for config in configs_for(inst, size, choice, backend_name, fused=one_gpu(devices)):
+                for config in configs_for(inst, size, choice, service.default_config):
                     spec_records.append(measurer.measure(inst, config, dtype, op if spec.op == "reduce" else None))
                 progress.advance(task)
             records.extend(spec_records)
             common.console.print(table(spec_records, f"{spec.name}  ({n_ranks} ranks, {dtype}{', root ' + str(root) if spec.rooted else ''})"))
             if json_out:  # rewritten (atomically) after every collective: an interrupted sweep keeps what it measured
                 write_json(json_out, records, env, command)
+    for name, reason in measurer.unavailable.items():
+        common.note(f"baseline {name} did not run: {reason}")
     for line in summary(records):
         common.console.print(line, highlight=False)
     failed = any(r.out_of_place.nwrong or (r.in_place and r.in_place.nwrong) for r in records)
@@ -126,16 +124,32 @@ def bench(
         raise PurlinError("some outputs were wrong (see #wrong)")
 
 
+def _baselines(text: str, offered: tuple[str, ...]) -> tuple[str, ...]:
+    """--baseline: names the backend offers, ``default``, ``none``; ``auto``
+    is the backend's strongest."""
+    chosen = []
+    for b in common.name_list(text):
+        if b == AUTO:
+            chosen.extend(offered[:1])
+        elif b in (*offered, DEFAULT):
+            chosen.append(b)
+        elif b != "none":
+            raise PurlinError(f"unknown baseline '{b}' here (known: auto, {', '.join((*offered, DEFAULT))}, none)")
+    return tuple(dict.fromkeys(chosen))
+
+
 def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, ranks, dtype) -> Choice:
     plan_overrides = {k: v for k, v in (("channels", channels), ("slice_bytes", slice_bytes)) if v is not None}
     exec_overrides = {k: v for k, v in exec_options.items() if v is not None}
-    if exec_overrides and backend != "cupy":
-        raise PurlinError("--blocks/--threads/--datapath/--unroll apply to the cupy backend only")
+    taken = {p.name for p in backend.params}
+    refused = [k for k in exec_overrides if k not in taken]
+    if refused:
+        raise PurlinError(f"--{refused[0]} is a datapath parameter of {', '.join(_DATAPATH[refused[0]][1])}, not of backend {backend.name}")
     if plan is None:
         return Choice(strategy, plan_overrides, exec_overrides)
     from purlin_bench.plans import plan_lookup
 
-    return Choice(strategy, plan_overrides, exec_overrides, plan_lookup(plan, backend=backend, ranks=ranks, dtype=dtype))
+    return Choice(strategy, plan_overrides, exec_overrides, plan_lookup(plan, backend=backend.name, ranks=ranks, dtype=dtype))
 
 
 def register(app: typer.Typer) -> None:

@@ -15,8 +15,8 @@ from typer.core import TyperCommand
 from purlin_bench.cli import check_matrix as m
 from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, note
 from purlin_bench.cli.targets import many_specs
+from purlin_bench.backends import AUTO, REFERENCE, names, resolve
 from purlin_bench.errors import PurlinError
-from purlin_bench.session import resolve_backend
 
 ORDER = 30
 # Below this many runs a progress bar only flickers.
@@ -116,7 +116,7 @@ def check(
     op: Optional[str] = typer.Option(None, "--op", help="Reduction: sum, prod, max, min, 'all' or a comma list (default: the spec's)."),
     inplace: Optional[bool] = typer.Option(None, "--inplace/--no-inplace", help="Only in place / only out of place; '--inplace both' (the default) runs both."),
     inplace_mode: Optional[str] = typer.Option(None, "--inplace-mode", hidden=True),
-    backend: str = typer.Option("numpy", "--backend", "-b", help="numpy (CPU reference), cupy (GPU), or auto (cupy if a GPU is usable)."),
+    backend: str = typer.Option(REFERENCE, "--backend", "-b", help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable, else the CPU reference)."),
     spec_files: Optional[list[str]] = typer.Option(None, "--spec", help="A user's collective spec (.yaml) to check; repeatable."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs and of the CPU executor's interleaving."),
     failed_only: bool = typer.Option(False, "--failed-only", help="List only failed combinations in the table (the summary counts all)."),
@@ -126,7 +126,7 @@ def check(
     """Check collectives against their reference semantics, for every
     combination of rank count, root, count, dtype, reduction, strategy and
     in-place asked for. Strategies that do not apply are n/a, not failures."""
-    chosen, why = resolve_backend(backend)
+    chosen, why = resolve(backend)
     devices = gpu_devices(gpus, chosen)
     request = m.Request(
         targets=tuple(many_specs(collective, spec_files or [])),
@@ -146,7 +146,7 @@ def check(
         note(why)
     start = time.perf_counter()
     outcomes = _run_all(items, m.Runner(chosen, seed, devices), show_progress=not as_json and err_console.is_terminal)
-    totals = summary(outcomes, time.perf_counter() - start, chosen)
+    totals = summary(outcomes, time.perf_counter() - start, chosen.name)
     if as_json:
         print(json.dumps({"results": [o.to_dict() for o in outcomes], "summary": totals}, indent=2))
     else:
@@ -157,7 +157,7 @@ def check(
         verdict = "[green]all passed[/]" if not failed else f"[bold red]{failed} failed[/]"
         console.print(
             f"{verdict}: {totals['passed']} passed, {totals['failed']} wrong, {totals['errors']} errors, "
-            f"{totals['not_applicable']} n/a; {totals['seconds']:.1f} s on {chosen}",
+            f"{totals['not_applicable']} n/a; {totals['seconds']:.1f} s on {chosen.name}",
             highlight=False,
         )
     if totals["failed"] or totals["errors"]:

@@ -10,7 +10,7 @@ from purlin_bench.cli.common import console, parse_bytes
 from purlin_bench.cli.targets import one_spec
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PurlinError
-from purlin_bench.heuristics import default_config
+from purlin_bench.heuristics import default_plan
 from purlin_bench.planner import plan
 from purlin_bench.program.render import render_rich
 from purlin_bench.spec.instance import instantiate
@@ -43,7 +43,7 @@ def show(
     name, np_dtype = resolve_dtype(dtype)
     inst = instantiate(spec, ranks, count, np_dtype.itemsize, root if spec.rooted else 0)
     if strategy == "auto":
-        strategy = default_config(inst).strategy
+        strategy = default_plan(inst).strategy
     params = {"slice_bytes": parse_bytes(slice_bytes, "--slice-bytes"), "channels": channels}
     program = plan(inst, strategy, name, params=params, inplace=inplace)
     if as_json:

@@ -15,14 +15,11 @@ from rich.table import Table
 
 from purlin_bench.cli import common
 from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.backends import AUTO, names, resolve as resolve_backend
 from purlin_bench.errors import PurlinError
-from purlin_bench.session import resolve_backend
 from purlin_bench.spec.loader import load_all_builtin, resolve
 
 ORDER = 50
-# The numpy reference exercises the tuning path; its times mean nothing for a
-# GPU, and its memory is the machine's: skip larger buckets unless asked.
-_NUMPY_DEFAULT_MAX = "64M"
 
 _HELP = """Tune strategies and datapath parameters per message-size bucket.
 
@@ -47,9 +44,9 @@ def tune(
     confirm: int = typer.Option(3, "--confirm", help="re-measure the 3 fastest and the default this many rounds before picking; the default stays unless beaten by 2% (0: take the study's best)"),
     storage: Optional[str] = typer.Option(None, "--storage", help="study storage URL [default: sqlite:///OUT/tune.db]"),
     out: Path = typer.Option(Path("results"), "--out", help="folder of plan artifacts"),
-    backend: str = typer.Option("auto", "--backend", help="auto | numpy | cupy (auto: cupy if a GPU is usable)"),
+    backend: str = typer.Option(AUTO, "--backend", help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable)"),
     sizes: Optional[str] = typer.Option(None, "--sizes", help="override the sweep's size buckets, e.g. 8,64K,1M"),
-    max_bytes: Optional[str] = typer.Option(None, "--max-bytes", help=f"skip buckets starting above this size [default: none on a GPU, {_NUMPY_DEFAULT_MAX} on numpy]"),
+    max_bytes: Optional[str] = typer.Option(None, "--max-bytes", help="skip buckets starting above this size [default: the backend's: none on a GPU, 64M on the CPU reference]"),
 ) -> int:
     # Imported here: they pull Optuna's storage layer and the planner in.
     from purlin_bench.tune.driver import TuneRequest, plan_jobs, run_tune
@@ -69,19 +66,21 @@ def tune(
     specs = tuple(load_all_builtin()) if collective == "all" else (resolve(collective),)
     # Notes wait until every input is validated: bad input is one line, alone.
     notes: list[str] = []
-    backend_name, why = resolve_backend(backend)
+    backend_cls, why = resolve_backend(backend)
     if why:
         notes.append(f"{why}; plans will be marked as CPU reference timings")
-    devices = common.gpu_devices(gpus, backend_name)
+    devices = common.gpu_devices(gpus, backend_cls)
     if sizes:
         chosen = chosen.with_sizes([common.parse_bytes(s, "--sizes") for s in common.name_list(sizes)])
-    cap = max_bytes or (_NUMPY_DEFAULT_MAX if backend_name == "numpy" else None)
+    # A CPU reference's times mean nothing for a GPU and its memory is the
+    # machine's: the backend says how far a tune goes unless asked.
+    cap = max_bytes or backend_cls.default_tune_max
     if cap:
         kept = chosen.capped(common.parse_bytes(cap, "--max-bytes"))
         if not kept.buckets:
             raise PurlinError(f"no size bucket starts at or below --max-bytes {cap}")
         if len(kept.buckets) < len(chosen.buckets) and not max_bytes:
-            notes.append(f"numpy backend: skipping buckets above {cap} (--max-bytes to change)")
+            notes.append(f"{backend_cls.name} backend: skipping buckets above {cap} (--max-bytes to change)")
         chosen = kept
     dtypes = tuple(resolve_dtype(d)[0] for d in common.name_list(dtype)) if dtype else chosen.dtypes
     rank_counts = tuple(common.int_list(ranks, "--ranks", minimum=1)) if ranks else chosen.ranks
@@ -91,7 +90,7 @@ def tune(
         dtypes=dtypes,
         ranks=rank_counts,
         gpus=tuple(devices) if devices else None,
-        backend=backend_name,
+        backend=backend_cls.name,
         settings=TuneSettings(trials=trials or chosen.trials, sampler=sampler, seed=seed, timeout_s=timeout, confirm_rounds=confirm),
         storage_url=storage or default_storage_url(out),
         out_dir=out,
@@ -108,7 +107,7 @@ def tune(
         results = run_tune(request, reporter, study_storage)
     for message in reporter.notes:
         common.note(message)
-    common.console.print(_winners(results, backend_name))
+    common.console.print(_winners(results, backend_cls.timing_kind != "gpu"))
     for result in results:
         if result.path is not None:
             common.console.print(f"wrote {result.path}", highlight=False)
@@ -147,8 +146,8 @@ class _ProgressReporter:
         self.notes.append(message)  # printed after the bar, which is transient
 
 
-def _winners(results, backend: str) -> Table:
-    title = "tuned plans" + (" (CPU reference timings, not GPU performance)" if backend == "numpy" else "")
+def _winners(results, reference_times: bool) -> Table:
+    title = "tuned plans" + (" (CPU reference timings, not GPU performance)" if reference_times else "")
     table = Table(title=title)
     for name, justify in (("collective", "left"), ("dtype", "left"), ("layout", "left"), ("bucket", "left"), ("winner", "left"), ("time (us)", "right"), ("busbw (GB/s)", "right"), ("default (us)", "right"), ("vs default", "right"), ("baseline (us)", "right"), ("vs baseline", "right"), ("trials", "right")):
         table.add_column(name, justify=justify)

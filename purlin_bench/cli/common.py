@@ -84,23 +84,17 @@ def parse_bytes(text: str, what: str) -> int:
     return size
 
 
-def gpu_list(text: str | None) -> tuple[int, ...] | None:
-    """--gpus: '0,1,2,3' or 'all' (every visible GPU; asks CuPy only then)."""
+def gpu_devices(text: str | None, backend) -> list[int] | None:
+    """--gpus for commands that run on ``backend`` (a Backend class):
+    '0,1,2,3', or 'all' (every device the backend sees). Only backends with
+    devices take it."""
     if text is None:
         return None
+    if not backend.has_devices:
+        raise PurlinError(f"--gpus needs a backend that runs on GPUs; {backend.name} simulates its ranks")
     if text.strip() == "all":
-        try:
-            import cupy
-
-            return tuple(range(cupy.cuda.runtime.getDeviceCount()))
-        except Exception as exc:  # no CuPy, no driver: one line, as for any bad input
-            raise PurlinError(f"--gpus all: no usable GPU ({type(exc).__name__}: {exc})") from None
-    return tuple(int_list(text, "--gpus"))
-
-
-def gpu_devices(text: str | None, backend: str) -> list[int] | None:
-    """--gpus for commands that run on a backend: only cupy has GPUs."""
-    devices = gpu_list(text)
-    if devices and backend != "cupy":
-        raise PurlinError("--gpus needs the cupy backend and a GPU")
-    return list(devices) if devices else None
+        count = backend.device_count()
+        if count < 1:
+            raise PurlinError(f"--gpus all: backend {backend.name} sees no device")
+        return list(range(count))
+    return int_list(text, "--gpus")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from purlin_bench.config import Param
 from purlin_bench.errors import PlanError
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step
 from purlin_bench.spec.instance import Flow, Instance
@@ -22,32 +23,18 @@ from purlin_bench.spec.instance import Flow, Instance
 ALIGN_BYTES = 16
 
 
-@dataclass(frozen=True)
-class ParamSpec:
-    name: str
-    default: int
-    minimum: int
-    help: str
-
-
 COMMON_PARAMS = (
-    ParamSpec("slice_bytes", 0, 0, "bytes per slice (pipelining unit); 0 picks per strategy"),
-    ParamSpec("channels", 1, 1, "independent step lists per rank (thread-block groups on a GPU)"),
+    Param("slice_bytes", 0, minimum=0, help="bytes per slice (pipelining unit); 0 picks per strategy"),
+    Param("channels", 1, minimum=1, help="independent step lists per rank (thread-block groups on a GPU)"),
 )
 
 
-def check_params(strategy: str, params: dict[str, Any], specs: tuple[ParamSpec, ...] = COMMON_PARAMS) -> dict[str, int]:
+def check_params(strategy: str, params: dict[str, Any], specs: tuple[Param, ...] = COMMON_PARAMS) -> dict[str, int]:
     known = {p.name: p for p in specs}
     unknown = set(params) - set(known)
     if unknown:
         raise PlanError(f"unknown parameter(s) {sorted(unknown)} for strategy '{strategy}' (known: {', '.join(known)})")
-    out = {}
-    for name, spec in known.items():
-        value = params.get(name, spec.default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < spec.minimum:
-            raise PlanError(f"parameter {name} of strategy '{strategy}' must be a whole number >= {spec.minimum}, got {value!r}")
-        out[name] = value
-    return out
+    return {name: spec.check(params.get(name, spec.default), f"strategy '{strategy}'") for name, spec in known.items()}
 
 
 def split_even(count: int, parts: int, unit: int) -> list[tuple[int, int]]:
@@ -246,4 +233,4 @@ class Strategy:
     summary: str
     emit: Callable[[Builder, dict[str, int]], None]
     refuse: Callable[[Instance], str | None] = lambda inst: None
-    params: tuple[ParamSpec, ...] = COMMON_PARAMS
+    params: tuple[Param, ...] = COMMON_PARAMS

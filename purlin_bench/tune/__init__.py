@@ -8,7 +8,8 @@ One idea per module:
 * ``tuner``: one Optuna study with injected check/measure (the core rules);
 * ``liveness``: which worker runs a trial, and whether it died;
 * ``storage``: study storage from a URL (SQLite by default, any RDB);
-* ``measure``: check/measure through a Session on a backend;
+* ``measure``: check/measure through the measurement service;
+* ``finals``: the finalists and the default side by side, and the guard;
 * ``artifact``: plan artifacts in ``results/``, atomic and validated;
 * ``driver``: from a request to studies and artifacts (the CLI's engine).
 

@@ -2,7 +2,7 @@
 sweep, dtypes, rank layouts, backend, storage) to studies and plan artifacts.
 
 For every rank layout, collective and dtype, one study per size bucket
-(tune.tuner.run_study) with the Session-backed check and measure
+(tune.tuner.run_study) with the measurement service's check and measure
 (tune.measure); the winners become one plan artifact (tune.artifact), written
 atomically once all of its buckets are done. Studies are named by what they
 measure, so rerunning the same request with the same storage resumes them:
@@ -13,26 +13,26 @@ measure, so rerunning the same request with the same storage resumes them:
 from __future__ import annotations
 
 import datetime
-import statistics
 import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import purlin_bench
+from purlin_bench.backends import backend_class, make
 from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
-from purlin_bench.hardware import Fingerprint, detect, one_gpu
-from purlin_bench.heuristics import default_config
+from purlin_bench.hardware import Fingerprint
+from purlin_bench.measurement import MeasurementService
 from purlin_bench.planner import applicable
-from purlin_bench.session import Session
 from purlin_bench.spec.loader import CollectiveSpec
 from purlin_bench.tune.artifact import PlanArtifact, PlanEntry, SweepRef, load_plan_file, plan_path, write_plan
-from purlin_bench.tune.effective import backend_exec_params, effective_config
-from purlin_bench.tune.measure import SessionBench
+from purlin_bench.tune.effective import effective_config
+from purlin_bench.tune.finals import pick
+from purlin_bench.tune.measure import ServiceBench
 from purlin_bench.tune.storage import lost_storage, open_storage, storage_errors
 from purlin_bench.tune.sweep import Bucket, Sweep, format_bytes
-from purlin_bench.tune.tuner import StudyOutcome, StudySpec, TrialResult, TuneSettings, confirm_winner, run_study
+from purlin_bench.tune.tuner import StudyOutcome, StudySpec, TrialResult, TuneSettings, run_study
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class TuneRequest:
     dtypes: tuple[str, ...]
     ranks: tuple[int, ...]  # virtual ranks on one device; ignored when gpus is set
     gpus: tuple[int, ...] | None  # one rank per GPU
-    backend: str  # numpy | cupy (already resolved)
+    backend: str  # a backend's registry name, already resolved (backends.resolve)
     settings: TuneSettings
     storage_url: str
     out_dir: Path
@@ -108,10 +108,10 @@ def run_tune(request: TuneRequest, reporter: Reporter, storage: object | None = 
 
 
 def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter) -> JobResult:
-    session = Session(request.backend, ranks=job.ranks, gpus=request.gpus)
-    fp = detect(request.backend, job.ranks, request.gpus)
+    backend = make(backend_class(request.backend), job.ranks, request.gpus)
+    fp = backend.fingerprint()
     path = plan_path(request.out_dir, fp.gpu_type, job.spec.name, fp.layout, job.dtype)
-    bench = SessionBench(session, job.spec, job.dtype)
+    bench = ServiceBench(MeasurementService(backend), job.spec, job.dtype)
     started = time.monotonic()
     variants = bench.warm_up()
     if variants:
@@ -145,7 +145,7 @@ class _JobTuning:
     request: TuneRequest
     job: Job
     fp: Fingerprint
-    bench: SessionBench
+    bench: ServiceBench
     previous: dict[int, RunConfig]  # previous plan's winners by bucket lower edge
     storage: object
     reporter: Reporter
@@ -165,8 +165,8 @@ class _JobTuning:
             bucket=bucket,
             space=space,
             context={"op": inst.op, "collective": job.spec.name, "dtype": job.dtype, "ranks": job.ranks, "backend": request.backend},
-            normalize=partial(effective_config, exec_params=backend_exec_params(request.backend)),
-            default=default_config(inst, request.backend, fused=one_gpu(request.gpus)),
+            normalize=partial(effective_config, exec_params=backend_class(request.backend).params),
+            default=bench.service.default_config(inst),
             previous=self.previous.get(bucket.min_bytes),
         )
         bench.prime(spec.default, bucket)
@@ -177,15 +177,12 @@ class _JobTuning:
         if best is None or best.config is None or best.time_us is None:
             self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: no correct configuration in {outcome.finished} trial(s); bucket left out of the plan")
             return BucketResult(job, self.fp.layout, bucket, outcome, None)
-        config = best.config
-        retimed = ProbeSamples(bench, bucket)
-        confirmed = confirm_winner(outcome, retimed.measure, rounds=request.settings.confirm_rounds) if request.settings.confirm_rounds > 0 else None
-        if confirmed is not None:
-            config = confirmed.config
         default = outcome.default.config if outcome.default is not None and outcome.default.time_us is not None else None
-        config, time_us, default_us, why = guard_and_record(retimed, config, default, max(1, request.settings.confirm_rounds))
-        if why:
-            self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: kept the default: {why}")
+        ranked = [r.config for r in outcome.ranked if r.config is not None]
+        final = pick(bench, bucket, ranked, default, request.settings.confirm_rounds)
+        config, time_us, default_us = final.config, final.time_us, final.default_us
+        if final.note:
+            self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: kept {'the default' if config == default else config.text()}: {final.note}")
         entry = PlanEntry(
             min_bytes=bucket.min_bytes,
             max_bytes=bucket.max_bytes,
@@ -199,71 +196,6 @@ class _JobTuning:
             study=name,
         )
         return BucketResult(job, self.fp.layout, bucket, outcome, entry)
-
-
-# How much slower than the default a plan may be at any probe size of its
-# bucket (issue 5's bound for tuned plans).
-LOSS_BOUND = 0.03
-
-
-class ProbeSamples:
-    """Probe times of the configurations re-timed for one bucket, by the
-    finalists' round and then the guard, which reuses the round's times of
-    the winner and the default instead of timing them again."""
-
-    def __init__(self, bench: SessionBench, bucket: Bucket):
-        self.bench, self.bucket = bench, bucket
-        self.runs: dict[RunConfig, list[tuple[float, ...]]] = {}
-
-    def time(self, config: RunConfig) -> tuple[float, ...]:
-        times = self.bench.probe_times(config, self.bucket)
-        self.runs.setdefault(config, []).append(times)
-        return times
-
-    def measure(self, config: RunConfig, bucket: Bucket) -> float:
-        """A ``measure`` for confirm_winner: the bench's score, recorded."""
-        assert bucket == self.bucket
-        return statistics.geometric_mean(self.time(config))
-
-    def medians(self, config: RunConfig) -> tuple[float, ...]:
-        runs = self.runs[config]
-        return tuple(statistics.median(run[i] for run in runs) for i in range(len(runs[0])))
-
-
-def guard_and_record(samples: ProbeSamples, config: RunConfig, default: RunConfig | None, rounds: int) -> tuple[RunConfig, float, float | None, str | None]:
-    """Time the winner and the default taking turns at every probe size
-    until each has ``rounds`` runs (the finalists' round may have done it);
-    a winner slower than the default by more than LOSS_BOUND at any of them
-    gives way to the default. Returns the entry's configuration, its time
-    and the default's at the lower edge (the entry's measured size), and
-    why the winner was dropped, if it was."""
-    candidates = [c for c in dict.fromkeys((config, default)) if c is not None]
-    failed: dict[RunConfig, str] = {}
-    for _ in range(rounds):
-        for c in candidates:
-            if c in failed or len(samples.runs.get(c, ())) >= rounds:
-                continue
-            try:
-                samples.time(c)
-            except PurlinError as exc:  # it ran in its trial: a failure now is news, not fatal
-                failed[c] = str(exc)
-    usable = {c for c in candidates if c not in failed}
-    if config in failed and default in usable:
-        base = samples.medians(default)
-        return default, base[0], base[0], f"{config.text()} failed when timed again: {failed[config]}"
-    if config in failed:
-        raise PurlinError(f"{config.text()} failed when timed again at {samples.bucket.text()}: {failed[config]}")
-    mine = samples.medians(config)
-    if default not in usable:
-        return config, mine[0], None, None
-    base = samples.medians(default)
-    if config != default:
-        sizes = [format_bytes(n) for n in samples.bench.probe_nbytes(samples.bucket)]
-        worst = min(range(len(mine)), key=lambda i: base[i] / mine[i])
-        if base[worst] / mine[worst] < 1 - LOSS_BOUND:
-            why = f"{config.text()} was {base[worst] / mine[worst]:.2f}x the default's speed at {sizes[worst]}"
-            return default, base[0], base[0], why
-    return config, mine[0], base[0], None
 
 
 def _previous_entries(path: Path, reporter: Reporter) -> dict[int, RunConfig]:

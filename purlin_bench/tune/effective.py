@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 from typing import Sequence
 
-from purlin_bench.config import ExecParam, RunConfig
+from purlin_bench.backends import backend_class
+from purlin_bench.config import Param, RunConfig
 from purlin_bench.errors import PlanError
 from purlin_bench.strategies import STRATEGIES
 from purlin_bench.strategies.base import check_params
 
 
-def effective_config(config: RunConfig, exec_params: Sequence[ExecParam] | None) -> RunConfig:
+def effective_config(config: RunConfig, exec_params: Sequence[Param] | None) -> RunConfig:
     """``config`` as a backend whose datapath parameters are ``exec_params``
     runs it; ``None`` keeps every datapath parameter as given."""
     plan = dict(config.plan_params)
@@ -45,14 +46,6 @@ def config_key(config: RunConfig) -> str:
     return json.dumps(config.to_dict(), sort_keys=True)
 
 
-def backend_exec_params(backend: str) -> tuple[ExecParam, ...]:
-    """The datapath parameters the executor of ``backend`` accepts. Read from
-    the class, so no device is touched (the cupy module imports without CuPy)."""
-    from purlin_bench.executors import get_executor_class
-
-    return tuple(getattr(get_executor_class(backend), "PARAMS", ()) or ())
-
-
 def for_backend(config: RunConfig, backend: str) -> RunConfig:
     """``config`` as ``backend`` runs it (see :func:`effective_config`)."""
-    return effective_config(config, backend_exec_params(backend))
+    return effective_config(config, backend_class(backend).params)

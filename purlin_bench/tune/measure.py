@@ -1,42 +1,33 @@
-"""The tuner's real ``check`` and ``measure``: a Session on a backend.
+"""The tuner's real ``check`` and ``measure``: the measurement service.
 
-Everything goes through :class:`~purlin_bench.session.Session`, the one place
-that checks and times a configuration, so ``purlin tune`` measures exactly as
-``purlin check`` and ``purlin bench`` do (CUDA-graph timing on cupy, CPU wall
-time of the reference on numpy). A bucket is checked and measured at each of
-its probe sizes (``Bucket.probe_bytes``); its score is the geometric mean of
-the times there.
+Every trial goes through :class:`~purlin_bench.measurement.MeasurementService`,
+the one place that checks and times a configuration, so a trial's time is
+what ``purlin bench`` measures for the same configuration and size: the same
+buffer-set rotation, the same exact inputs checked on the device, the same
+side-by-side timing. A bucket is checked and measured at each of its probe
+sizes (``Bucket.probe_bytes``); its score is the geometric mean of the times
+there.
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Any
+from typing import Sequence
 
 from purlin_bench.check import CheckResult
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PurlinError
-from purlin_bench.session import Session
+from purlin_bench.measurement import MeasurementService
 from purlin_bench.spec.instance import Instance
 from purlin_bench.spec.loader import CollectiveSpec
 from purlin_bench.tune.sweep import Bucket
 
-# The numpy reference's times only exercise the path; a few repetitions do.
-_NUMPY_TIMING = {"iters": 3, "warmup": 1, "reps": 3}
-# On the GPU: 20 calls per CUDA graph, median of 5 replays. 10x3 let 3%
-# noise at 4 KiB pick losers; the finalists are re-measured anyway (tuner.confirm_winner).
-_GPU_TIMING = {"iters": 20, "warmup": 2, "reps": 5}
-# The baseline is timed once per bucket for the plan's record; the bf16 CuPy
-# baseline takes 47 ms a call at 256 MiB, so fewer calls.
-_BASELINE_TIMING = {"iters": 5, "warmup": 1, "reps": 3}
+class ServiceBench:
+    """``check`` and ``measure`` for one collective and dtype on a service."""
 
-
-class SessionBench:
-    """``check`` and ``measure`` for one collective and dtype on a session."""
-
-    def __init__(self, session: Session, spec: CollectiveSpec, dtype: str, root: int = 0):
-        self.session = session
+    def __init__(self, service: MeasurementService, spec: CollectiveSpec, dtype: str, root: int = 0):
+        self.service = service
         self.spec = spec
         self.dtype = dtype
         self.root = root
@@ -47,11 +38,11 @@ class SessionBench:
 
     def _count(self, nbytes: int) -> int:
         _, np_dtype = resolve_dtype(self.dtype)
-        return self.spec.count_for_bytes(self.session.ranks, nbytes, np_dtype.itemsize)
+        return self.spec.count_for_bytes(self.service.ranks, nbytes, np_dtype.itemsize)
 
     def _instance(self, count: int) -> Instance:
         if count not in self._instances:
-            self._instances[count] = self.session.instance(self.spec, count, self.dtype, self.root)
+            self._instances[count] = self.service.instance(self.spec, count, self.dtype, self.root)
         return self._instances[count]
 
     def instance(self, bucket: Bucket) -> Instance:
@@ -66,23 +57,23 @@ class SessionBench:
 
     def probe_nbytes(self, bucket: Bucket) -> tuple[int, ...]:
         """The nccl-tests message sizes of the probes (count rounding)."""
-        return tuple(self.spec.bytes_for_count(self.session.ranks, inst.count, inst.itemsize) for inst in self.probes(bucket))
+        return tuple(self.spec.bytes_for_count(self.service.ranks, inst.count, inst.itemsize) for inst in self.probes(bucket))
 
     def nbytes(self, bucket: Bucket) -> int:
         """The nccl-tests message size actually measured (count rounding)."""
         inst = self.instance(bucket)
-        return self.spec.bytes_for_count(self.session.ranks, inst.count, inst.itemsize)
+        return self.spec.bytes_for_count(self.service.ranks, inst.count, inst.itemsize)
 
     def warm_up(self) -> int:
         """Compile the backend's kernel variants for this dtype before any
-        study's clock starts (see CupyExecutor.warm_up)."""
-        return self.session.warm_up(self.dtype, self.spec.redop)
+        study's clock starts (see Backend.warm_up)."""
+        return self.service.warm_up(self.dtype, self.spec.redop)
 
     def prime(self, config: RunConfig, bucket: Bucket) -> None:
         """Check ``config`` once at this bucket's size, untimed, before its
         study's clock starts. The first check of a size builds what the
-        backend builds for it: on cupy, the baseline kernels that compute
-        the expected outputs (CuPy compiles its reductions per size class,
+        backend builds for it: on a GPU, the baseline kernels that compute
+        the expected outputs (CuPy compiled its reductions per size class,
         3-4 s each on a fresh machine, which ended 3 s studies after one
         trial). A failure is left to the study's own trial of ``config``
         to record, with its reason."""
@@ -92,19 +83,28 @@ class SessionBench:
             pass
 
     def check(self, config: RunConfig, bucket: Bucket) -> CheckResult:
-        """Checked at every probe size; the first wrong one is the verdict."""
+        """Checked at every probe size, on the buffer sets it is then timed
+        on; the first wrong one is the verdict."""
         wrong = total = 0
         for inst in self.probes(bucket):
-            result = self.session.check(inst, config, self.dtype)
+            prepared = self.service.prepare(inst, config, self.dtype)
+            result = CheckResult(prepared.nwrong, sum(prepared.program.out_counts))
             if not result.ok:
                 return result
             wrong, total = wrong + result.wrong, total + result.total
         return CheckResult(wrong, total)
 
+    def side_by_side(self, configs: Sequence[RunConfig], bucket: Bucket) -> dict[RunConfig, tuple[float, ...]]:
+        """Microseconds per call of each configuration at each probe size,
+        lower edge first, the configurations taking turns at each size."""
+        policy = self.service.backend.trial_policy
+        labels = {f"c{i}": c for i, c in enumerate(dict.fromkeys(configs))}
+        per_probe = [self.service.compare(inst, labels, self.dtype, policy=policy) for inst in self.probes(bucket)]
+        return {c: tuple(p.us(label) for p in per_probe) for label, c in labels.items()}
+
     def probe_times(self, config: RunConfig, bucket: Bucket) -> tuple[float, ...]:
         """Microseconds per call at each probe size, lower edge first."""
-        options: dict[str, Any] = _NUMPY_TIMING if self.session.backend == "numpy" else _GPU_TIMING
-        return tuple(self.session.time(inst, config, self.dtype, **options).median_us for inst in self.probes(bucket))
+        return self.side_by_side([config], bucket)[config]
 
     def measure(self, config: RunConfig, bucket: Bucket) -> float:
         """The score a study minimises: the geometric mean of the probe times,
@@ -112,10 +112,18 @@ class SessionBench:
         return statistics.geometric_mean(self.probe_times(config, bucket))
 
     def baseline(self, bucket: Bucket) -> float | None:
-        """The baseline's time (what a user would write instead), when the
-        backend has one: the bench's CuPy baseline on virtual ranks; the numpy
-        reference has none."""
-        return self.session.baseline_time(self.instance(bucket), self.dtype, **_BASELINE_TIMING)
+        """The strongest baseline's time (what a user would write instead),
+        timed beside the default at the lower edge; None where the backend
+        has none that runs here."""
+        inst = self.instance(bucket)
+        names = self.service.backend.baselines()[:1]
+        if not names:
+            return None
+        try:
+            compared = self.service.compare(inst, {"default": self.service.default_config(inst)}, self.dtype, baselines=names, policy=self.service.backend.trial_policy)
+        except PurlinError:
+            return None
+        return compared.us(names[0]) if names[0] in compared.times else None
 
     def busbw_gbps(self, bucket: Bucket, time_us: float) -> float:
         """nccl-tests' bus bandwidth: S / time, times the collective's factor."""

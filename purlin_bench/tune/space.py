@@ -21,21 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol
 
-from purlin_bench.config import ExecParam, RunConfig
+from purlin_bench.config import RunConfig
 
 # Names a condition may read besides the parameters declared before it. They
 # are fixed for a study: one study tunes one collective, dtype and rank count.
 CONTEXT_NAMES = ("strategy", "op", "collective", "dtype", "ranks", "backend")
-
-
-def datapath_params() -> dict[str, ExecParam]:
-    """Datapath parameters a sweep may name: the GPU executor's, with their
-    domains. Its module imports without CuPy (CuPy loads only when a GPU
-    program runs), so sweeps validate on any machine. At tuning time only the
-    parameters the chosen backend accepts reach it (see tune.effective)."""
-    from purlin_bench.executors.cupy_exec import CupyExecutor
-
-    return {p.name: p for p in CupyExecutor.PARAMS}
 
 
 class SuggestingTrial(Protocol):

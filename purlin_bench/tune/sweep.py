@@ -20,8 +20,8 @@ Each size starts a bucket that covers every message from it up to the next
 size (exclusive); the last bucket has no upper bound, and messages below the
 first size use the first bucket. A study measures its bucket at the bucket's
 lower edge. Planner parameters are those the strategies declare (slice_bytes,
-channels); datapath parameters are the GPU executor's (blocks, threads,
-datapath, unroll), ignored by backends that lack them.
+channels); datapath parameters are any backend's (the registry's: blocks,
+threads, datapath, unroll on the GPU), ignored by backends that lack them.
 
 Everything is validated on load: a bad file is one :class:`SweepError`
 naming the file, the field and why.
@@ -37,12 +37,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from purlin_bench.config import ExecParam
+from purlin_bench.backends import all_params, names
+from purlin_bench.config import Param
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PlanError, PurlinError
 from purlin_bench.resources import data_dir
 from purlin_bench.strategies import STRATEGIES
-from purlin_bench.tune.space import CONTEXT_NAMES, Condition, ParamSpace, Space, datapath_params
+from purlin_bench.tune.space import CONTEXT_NAMES, Condition, ParamSpace, Space
 from purlin_bench.yamlfile import read_yaml
 
 _TOP_KEYS = ("name", "description", "sizes", "dtypes", "ranks", "trials", "space")
@@ -50,7 +51,7 @@ _SPACE_KEYS = ("strategy", "params")
 _PARAM_KEYS = ("values", "when")
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
-_CONTEXT_DOMAINS: dict[str, tuple[Any, ...] | None] = {"op": ("copy", "reduce"), "backend": ("numpy", "cupy")}
+_CONTEXT_DOMAINS: dict[str, tuple[Any, ...] | None] = {"op": ("copy", "reduce"), "backend": names()}
 
 
 class SweepError(PurlinError):
@@ -280,7 +281,7 @@ def _parse_space(raw: Any, fail) -> Space:
     if not isinstance(params_raw, dict):
         raise fail("space.params", "expected a mapping of parameter name to values")
     plan_minimums = _plan_param_minimums()
-    datapath = datapath_params()
+    datapath = {name: param for name, (param, _) in all_params().items()}
     declared: dict[str, tuple[Any, ...]] = {"strategy": tuple(strategies)}
     params: list[ParamSpace] = []
     for name, entry in params_raw.items():
@@ -314,7 +315,7 @@ def _parse_space(raw: Any, fail) -> Space:
     return Space(tuple(strategies), tuple(params))
 
 
-def _param_value(name: str, kind: str, value: Any, where: str, plan_minimums: dict[str, int], datapath: dict[str, ExecParam], fail) -> Any:
+def _param_value(name: str, kind: str, value: Any, where: str, plan_minimums: dict[str, int], datapath: dict[str, Param], fail) -> Any:
     if kind == "plan":
         number = _size(value, where, fail) if name.endswith("_bytes") else value
         if isinstance(number, bool) or not isinstance(number, int) or number < plan_minimums[name]:

@@ -12,40 +12,52 @@ process can run the next collective.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
-from purlin_bench.config import ExecParam
+from purlin_bench.backends.cupy.atoms import snac_kernel
+from purlin_bench.backends.cupy.lower import OP_REDUCE, Lowered, buffer_index, lower
+from purlin_bench.backends.cupy.timing import Candidate
+from purlin_bench.backends.cupy.world import World
+from purlin_bench.config import Param
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import ExecutionError, WatchdogTimeout
-from purlin_bench.executors.atoms import snac_kernel
-from purlin_bench.executors.cupy_lower import OP_REDUCE, Lowered, buffer_index, lower
-from purlin_bench.executors.cupy_timing import Candidate, time_side_by_side
-from purlin_bench.executors.cupy_world import World
 from purlin_bench.program.model import FlagRef, Program, Ref
-from purlin_bench.timing import Timing
 
 DEFAULT_TIMEOUT_S = 5.0
-# Auto block count: one block per this many bytes a step moves (read plus
-# written), so that small steps stay on few SMs and large ones fill the GPU.
-# On the H200 256 KiB left 1 MiB collectives latency-bound (all-to-all 48 us);
-# 8 KiB (about one pass of a 512-thread block) gave 15 us, with no change at
-# 4-64 KiB (docs/perf/survey/survey-mid.log).
-_BYTES_PER_AUTO_BLOCK = 8 * 1024
-_MAX_BLOCKS = 32
+MAX_BLOCKS = 32
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """Experiment switches of the Atom datapath, scoped to one backend
+    instance (scripts/datapath_survey.py and kernel_ab.py set them; the
+    defaults are what users run). Not tuner parameters: each was measured
+    once and settled (docs/performance.md)."""
+
+    # Auto block count: one block per this many bytes a step moves (read plus
+    # written), so that small steps stay on few SMs and large ones fill the GPU.
+    # On the H200 256 KiB left 1 MiB collectives latency-bound (all-to-all 48 us);
+    # 8 KiB (about one pass of a 512-thread block) gave 15 us, with no change at
+    # 4-64 KiB (docs/perf/survey/survey-mid.log).
+    auto_block_bytes: int = 8 * 1024
+    # Extra nvrtc options for atoms/snac.cu, e.g. ("-DPURLIN_SHARED_BASES=0",).
+    defines: tuple[str, ...] = ()
+    # Programs that never reduce run a build without the reduce code.
+    copy_only_build: bool = True
+    # A requested block count is a ceiling at what the data can use.
+    cap_blocks: bool = True
+
 
 PARAMS = (
-    ExecParam("blocks", 0, minimum=0, maximum=_MAX_BLOCKS, help="most thread blocks per (rank, channel) list (idle ones past the data's need and the automatic count are dropped); 0 sizes them from the data"),
+    Param("blocks", 0, minimum=0, maximum=MAX_BLOCKS, help="most thread blocks per (rank, channel) list (idle ones past the data's need and the automatic count are dropped); 0 sizes them from the data"),
     # No 1024: at 64 registers a thread the step interpreter spills (see tests/test_atoms_compile.py).
-    ExecParam("threads", 512, choices=(128, 256, 512), help="threads per block"),
-    ExecParam("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines (cudaMemcpyAsync)"),
-    ExecParam("unroll", 2, choices=(1, 2, 4), help="16-byte vectors in flight per thread"),
+    Param("threads", 512, choices=(128, 256, 512), help="threads per block"),
+    Param("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines (cudaMemcpyAsync)"),
+    Param("unroll", 2, choices=(1, 2, 4), help="16-byte vectors in flight per thread"),
 )
-
-
-def _choices(name: str) -> tuple:
-    return next(p.choices for p in PARAMS if p.name == name)
 
 
 def copies_only(lowered: Sequence[Lowered]) -> bool:
@@ -89,14 +101,14 @@ class _Launch:
 
 
 class CupyRunner:
-    def __init__(self, world: World, program: Program, blocks: int = 0, threads: int = 512, datapath: str = "sm", unroll: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, sets: int = 1):
+    def __init__(self, world: World, program: Program, blocks: int = 0, threads: int = 512, datapath: str = "sm", unroll: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, sets: int = 1, settings: KernelSettings = KernelSettings()):
         import cupy
 
         if datapath == "ce" and not world.fused:
             raise ExecutionError("datapath 'ce' needs every rank in one launch (virtual ranks on one GPU)")
         if program.ranks != world.ranks:
             raise ExecutionError(f"program has {program.ranks} ranks, the world {world.ranks}")
-        self.world, self.program = world, program
+        self.world, self.program, self.settings = world, program, settings
         self.threads, self.datapath, self.unroll = threads, datapath, unroll
         self.timeout_ns = int(timeout_s * 1e9)
         _, self.dtype = resolve_dtype(program.dtype)
@@ -116,13 +128,14 @@ class CupyRunner:
 
         launch_ranks = [list(range(R))] if world.fused else [[r] for r in range(R)]
         lowered = [lower(program, ranks, world.fused, datapath, flag_address) for ranks in launch_ranks]
-        self.copy_only = copies_only(lowered)
+        self.copy_only = settings.copy_only_build and copies_only(lowered)
         # A requested count is a ceiling: the larger of what the data can use
         # and the automatic count. The automatic count is not cut to the data:
         # the few idle blocks it leaves in 64-256 KiB reductions measured
         # 1-4% faster than none (docs/perf/survey/blocks-ab.log).
         auto = self._auto_blocks(lowered)
-        self.blocks = min(blocks, max(auto, useful_blocks(lowered, self.itemsize, threads))) if blocks else auto
+        ceiling = max(auto, useful_blocks(lowered, self.itemsize, threads)) if settings.cap_blocks else MAX_BLOCKS
+        self.blocks = min(blocks, ceiling) if blocks else auto
         self.launches = [_Launch(self, ranks, low) for ranks, low in zip(launch_ranks, lowered) if low.group_count or low.ce_copies]
         self._check_coresidency()
         self._held: list[object] = []
@@ -133,7 +146,7 @@ class CupyRunner:
     # -- setup ---------------------------------------------------------------
     def kernel(self, device: int):
         sys_scope = len(set(self.world.devices)) > 1
-        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, sys_scope, self.copy_only)
+        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, sys_scope, self.copy_only, self.settings.defines)
 
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
         biggest = 0
@@ -143,7 +156,7 @@ class CupyRunner:
                 biggest = max(biggest, int(work.max()) * self.itemsize)
         groups = max((low.group_count for low in lowered), default=1) or 1
         cap = max(1, self._capacity(self.world.devices[0]) // groups)
-        return int(min(_MAX_BLOCKS, cap, max(1, -(-biggest // _BYTES_PER_AUTO_BLOCK))))
+        return int(min(MAX_BLOCKS, cap, max(1, -(-biggest // self.settings.auto_block_bytes))))
 
     def _capacity(self, device: int) -> int:
         """How many blocks of this kernel fit on ``device`` at once (an
@@ -212,7 +225,7 @@ class CupyRunner:
         mem = cupy.cuda.UnownedMemory(ptr, max(1, n * self.itemsize), self, self.world.devices[rank])
         return cupy.ndarray((n,), dtype=self.storage, memptr=cupy.cuda.MemoryPointer(mem, 0))
 
-    def write_inputs(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
+    def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
         import cupy
 
         for r, x in enumerate(inputs):
@@ -240,7 +253,7 @@ class CupyRunner:
                 out[:lo].fill(0xFF)
                 out[hi:].fill(0xFF)
 
-    def read_outputs(self, slot: int = 0) -> list[np.ndarray]:
+    def outputs(self, slot: int = 0) -> list[np.ndarray]:
         import cupy
 
         outs = []
@@ -347,19 +360,17 @@ class CupyRunner:
         for d in set(self.world.devices):
             cupy.cuda.Device(d).synchronize()
 
-    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """One checked call: upload inputs, poison outputs, launch, wait, read back."""
+    def run(self, slot: int = 0) -> None:
+        """One checked call on buffer set ``slot``: poison outputs, launch, wait."""
         stream = self.main_stream()
         with stream:
-            self.write_inputs(inputs)
-            self.poison()
-        self.launch(stream)
+            self.poison(slot)
+        self.launch(stream, slot)
         self.synchronize(stream)
         self.check_status()
-        return self.read_outputs()
 
-    def candidate(self):
-        """This runner as a timing candidate (cupy_timing), cycling the buffer sets."""
+    def candidate(self) -> Candidate:
+        """This runner as a timing candidate (see timing), cycling the buffer sets."""
 
         def enqueue(target, i: int) -> None:
             self.launch(target, i % self.sets)
@@ -370,53 +381,8 @@ class CupyRunner:
 
         return Candidate(enqueue, self.main_stream(), settle)
 
-    def time(self, iters: int = 20, warmup: int = 5, reps: int = 5, graph: bool = True) -> Timing:
-        """Median microseconds per call (see cupy_timing), cycling the buffer sets."""
-        return time_side_by_side([self.candidate()], self.world.devices[0], iters, warmup, reps, graph)[0]
-
-
-class CupyExecutor:
-    name = "cupy"
-    description = "GPU: Atom kernel through CuPy, virtual ranks on one GPU or one rank per GPU"
-    PARAMS = PARAMS
-
-    def __init__(self, devices: tuple[int, ...] | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, split_launches: bool = False, sets: int = 1):
-        self.devices = devices
-        self.timeout_s = timeout_s
-        self.split_launches = split_launches
-        self.sets = sets
-        self._worlds: dict[int, World] = {}
-
-    def world(self, ranks: int) -> World:
-        if ranks not in self._worlds:
-            self._worlds[ranks] = World(ranks, self.devices, self.split_launches)
-        return self._worlds[ranks]
-
-    def describe(self, ranks: int) -> str:
-        return self.world(ranks).describe()
-
-    def warm_up(self, dtype: str, redop: str | None, ranks: int) -> int:
-        """Build every kernel variant a runner of ``ranks`` could ask for
-        (each unroll and block size, with and without the reduce code), so
-        that a timed search does not spend its time in the compiler: on a
-        fresh machine a tune's 3 s studies ended after 1 of 16 trials.
-        Returns how many variants there are (compiled or found in cache)."""
-        world = self.world(ranks)
-        sys_scope = len(set(world.devices)) > 1
-        unrolls, threads = _choices("unroll"), _choices("threads")
-        built = 0
-        for device in sorted(set(world.devices)):
-            for unroll in unrolls:
-                for block in threads:
-                    for copy_only in (False, True):
-                        snac_kernel(dtype, redop or "sum", unroll, block, device, sys_scope, copy_only)
-                        built += 1
-        return built
-
-    def prepare(self, program: Program, sets: int | None = None, **params) -> CupyRunner:
-        """A runner for ``program``; ``sets`` buffer sets to rotate through when timing."""
-        unknown = set(params) - {p.name for p in PARAMS}
-        if unknown:
-            raise ExecutionError(f"unknown datapath parameter(s) {sorted(unknown)} (known: {', '.join(p.name for p in PARAMS)})")
-        checked = {p.name: p.check(params.get(p.name, p.default)) for p in PARAMS}
-        return CupyRunner(self.world(program.ranks), program, timeout_s=self.timeout_s, sets=sets or self.sets, **checked)
+    def close(self) -> None:
+        self.synchronize()
+        self._held.clear()
+        self.bases = []
+        self.launches = []

@@ -22,8 +22,6 @@ _UFUNCS = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
 
 
 class CupyBaseline:
-    name = "cupy"
-
     def __init__(self, inst: Instance, inputs_of: Callable[[int, int], object], storage: np.dtype, dtype_name: str, redop: str | None, device: int = 0):
         """``inputs_of(slot, rank)`` gives the device input array of a rank in a buffer set."""
         import cupy
@@ -87,15 +85,3 @@ class CupyBaseline:
                     self._narrow(self.acc[:n], dst)
                 else:
                     dst[...] = value
-
-
-class NumpyBaseline:
-    """On the CPU the baseline is the reference itself."""
-
-    name = "numpy"
-
-    def __init__(self, inst: Instance, redop: str | None):
-        self.inst, self.redop = inst, redop
-
-    def run(self, inputs: list[np.ndarray]) -> list[np.ndarray]:
-        return self.inst.reference(inputs, self.redop)

@@ -82,7 +82,6 @@ class Lowered:
     ops: np.ndarray  # OP_DTYPE
     groups: np.ndarray  # int32 [n, 4]: begin, end, rank, channel
     ce_copies: tuple[CeCopy, ...]
-    flags_used: frozenset[FlagRef]  # flags the kernel still touches
 
     @property
     def group_count(self) -> int:
@@ -133,7 +132,6 @@ def lower(program: Program, ranks: list[int], fused: bool, datapath: str, flag_a
     ops: list[_Op] = []
     groups: list[tuple[int, int, int, int]] = []
     ce: list[CeCopy] = []
-    used: set[FlagRef] = set()
     for rank in ranks:
         for channel, steps in enumerate(program.lists[rank]):
             begin = len(ops)
@@ -149,7 +147,6 @@ def lower(program: Program, ranks: list[int], fused: bool, datapath: str, flag_a
                 elif isinstance(step, Notify):
                     if step.flag in dropped:
                         continue
-                    used.add(step.flag)
                     prev = ops[-1] if len(ops) > begin else None
                     if prev is not None and len(prev.notifies) < MAX_NOTIFY:
                         prev.notifies.append(step.flag)
@@ -157,7 +154,6 @@ def lower(program: Program, ranks: list[int], fused: bool, datapath: str, flag_a
                         ops.append(_Op(index, notifies=[step.flag]))
                 elif isinstance(step, Consume):
                     waits = tuple(f for f in step.waits if f not in dropped)
-                    used.update(waits)
                     while len(waits) > MAX_WAIT:  # more waits than one op holds: wait-only ops first
                         ops.append(_Op(index, waits=waits[:MAX_WAIT]))
                         waits = waits[MAX_WAIT:]
@@ -195,4 +191,4 @@ def lower(program: Program, ranks: list[int], fused: bool, datapath: str, flag_a
             f"use datapath sm, larger slices or fewer channels"
         )
     group_table = np.array(groups, dtype=np.int32).reshape(-1, 4)
-    return Lowered(table, group_table, tuple(ce), frozenset(used))
+    return Lowered(table, group_table, tuple(ce))

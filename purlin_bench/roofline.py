@@ -31,31 +31,3 @@ class Bandwidth:
         if self.kind == "local":
             return min_bytes(inst) / self.bytes_per_s * 1e6
         return size_bytes * inst.busbw_factor() / self.bytes_per_s * 1e6
-
-
-def measure_copy_bandwidth(devices: tuple[int, ...], nbytes: int = 1 << 30, reps: int = 10) -> Bandwidth:
-    """Device-to-device copy on one GPU, or GPU0 -> GPU1 peer copy across two."""
-    import statistics
-
-    import cupy
-
-    local = len(set(devices)) == 1
-    src_dev, dst_dev = devices[0], devices[0] if local else next(d for d in devices if d != devices[0])
-    with cupy.cuda.Device(src_dev):
-        src = cupy.ones(nbytes, dtype=cupy.uint8)
-    with cupy.cuda.Device(dst_dev):
-        dst = cupy.empty(nbytes, dtype=cupy.uint8)
-    with cupy.cuda.Device(src_dev):
-        stream = cupy.cuda.Stream(non_blocking=True)
-        begin, end = cupy.cuda.Event(), cupy.cuda.Event()
-        samples = []
-        for i in range(reps + 2):
-            begin.record(stream)
-            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, cupy.cuda.runtime.memcpyDefault, stream.ptr)
-            end.record(stream)
-            end.synchronize()
-            if i >= 2:  # the first copies warm up
-                samples.append(cupy.cuda.get_elapsed_time(begin, end) / 1e3)
-    seconds = statistics.median(samples)
-    del src, dst
-    return Bandwidth(2 * nbytes / seconds if local else nbytes / seconds, "local" if local else "peer")

@@ -97,6 +97,3 @@ class World:
                     except cupy.cuda.memory.OutOfMemoryError:
                         raise ExecutionError(f"out of GPU memory allocating {nbytes} bytes for rank {rank} {buf}") from None
         return self._arena[key]
-
-    def release(self) -> None:
-        self._arena.clear()

@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from purlin_bench.backends.port import take_turns
 from purlin_bench.timing import Timing
 
 
@@ -25,22 +26,6 @@ class Candidate:
     enqueue: Callable[[object, int], None]
     stream: object
     after: Callable[[], None] | None = None
-
-
-def take_turns(batches: Sequence[Callable[[], float]], reps: int) -> list[list[float]]:
-    """``reps`` samples of every batch, the batches taking turns; sample ``k``
-    of every candidate is taken before sample ``k + 1`` of any.
-
-    Rounds alternate direction (A B C, C B A, A B C, ...), so no candidate
-    always runs right after the same other one: in a fixed order the default,
-    always timed after CuPy's baseline, came out 1-4% slower than the same
-    configuration timed first, even with each batch primed."""
-    samples: list[list[float]] = [[] for _ in batches]
-    order = list(range(len(batches)))
-    for k in range(reps):
-        for i in order if k % 2 == 0 else order[::-1]:
-            samples[i].append(batches[i]())
-    return samples
 
 
 def time_side_by_side(candidates: Sequence[Candidate], device: int, iters: int, warmup: int, reps: int, graph: bool) -> list[Timing]:

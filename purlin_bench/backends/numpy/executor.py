@@ -28,8 +28,12 @@ def poison(buf: np.ndarray) -> None:
 
 
 class NumpyRunner:
-    def __init__(self, program: Program, seed: int = 0):
+    """A Program on simulated ranks: each buffer set keeps its inputs and the
+    outputs of its last call (the port's load / run / outputs)."""
+
+    def __init__(self, program: Program, seed: int = 0, sets: int = 1):
         self.program = program
+        self.sets = max(1, sets)
         _, self.dtype = resolve_dtype(program.dtype)
         self.rng = np.random.default_rng(seed)
         self.flags: dict[FlagRef, int] = {}
@@ -40,6 +44,8 @@ class NumpyRunner:
                 rank, phys, _ = program.physical(Ref(r, buf, 0, 0))
                 if (rank, phys) not in self.memory:
                     self.memory[(rank, phys)] = np.empty(program.buffer_count(rank, phys), dtype=self.dtype)
+        self._inputs: dict[int, list[np.ndarray]] = {}
+        self._outputs: dict[int, list[np.ndarray]] = {}
 
     def view(self, ref: Ref) -> np.ndarray:
         rank, buf, offset = self.program.physical(ref)
@@ -48,15 +54,22 @@ class NumpyRunner:
     def buffer(self, rank: int, buf: str) -> np.ndarray:
         return self.view(Ref(rank, buf, 0, self.program.buffer_count(rank, buf)))
 
-    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
         p = self.program
         if len(inputs) != p.ranks:
             raise ExecutionError(f"expected {p.ranks} input arrays, got {len(inputs)}")
-        for array in self.memory.values():
-            poison(array)
         for r, x in enumerate(inputs):
             if x.shape != (p.in_counts[r],):
                 raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({p.in_counts[r]},)")
+        self._inputs[slot] = [np.array(x, dtype=self.dtype) for x in inputs]
+
+    def run(self, slot: int = 0) -> None:
+        p = self.program
+        if slot not in self._inputs:
+            raise ExecutionError(f"buffer set {slot} has no inputs loaded")
+        for array in self.memory.values():
+            poison(array)
+        for r, x in enumerate(self._inputs[slot]):
             self.buffer(r, "in")[...] = x
         self.epoch += 1
         for _, step in Walk(p, self.flags, self.epoch).order(self.rng):
@@ -68,16 +81,24 @@ class NumpyRunner:
                 value = parts[0] if step.op == "copy" else accumulate(parts, p.redop or "sum").astype(self.dtype)
                 for dst in step.dsts:
                     self.view(dst)[...] = value
-        return [self.buffer(r, "out").copy() for r in range(p.ranks)]
+        self._outputs[slot] = [self.buffer(r, "out").copy() for r in range(p.ranks)]
+
+    def outputs(self, slot: int = 0) -> list[np.ndarray]:
+        if slot not in self._outputs:
+            raise ExecutionError(f"buffer set {slot} has not run yet")
+        return [x.copy() for x in self._outputs[slot]]
+
+    def candidate(self) -> "Call":
+        return Call(lambda i: self.run(i % self.sets))
+
+    def close(self) -> None:
+        self.memory.clear()
+        self._inputs.clear()
+        self._outputs.clear()
 
 
-class NumpyExecutor:
-    name = "numpy"
-    description = "CPU reference: simulated ranks, NumPy, random interleaving"
-    PARAMS: tuple = ()  # no datapath parameters: the CPU has one datapath
+class Call:
+    """A timing candidate on the CPU: ``call(i)`` runs call ``i`` to completion."""
 
-    def __init__(self, seed: int = 0):
-        self.seed = seed
-
-    def prepare(self, program: Program) -> NumpyRunner:
-        return NumpyRunner(program, self.seed)
+    def __init__(self, call):
+        self.call = call

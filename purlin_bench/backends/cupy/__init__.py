@@ -1,0 +1,167 @@
+"""The GPU backend: the Atom kernel (atoms/snac.cu) through CuPy.
+
+Ranks are virtual ranks on one GPU (one fused launch runs them all) or one
+rank per GPU of ``gpus`` in this process, with peer access (world.py).
+Nothing here imports CuPy at module import: the class is read (its
+parameters, its availability) on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from purlin_bench.backends.cupy.executor import DEFAULT_TIMEOUT_S, PARAMS, CupyRunner, KernelSettings
+from purlin_bench.backends.port import Backend, TimingPolicy, check_params
+from purlin_bench.config import RunConfig
+from purlin_bench.errors import ExecutionError, PurlinError
+from purlin_bench.hardware import Fingerprint
+from purlin_bench.program.model import Program
+from purlin_bench.roofline import Bandwidth
+from purlin_bench.spec.instance import Instance
+from purlin_bench.timing import Timing
+
+# Copy engines beat the SM copy loop once every flow is this large (H200,
+# docs/perf/survey: with 2 MiB flows they ran at 0.8-1.0x the speed of SM
+# unroll=4; with 8 MiB flows 1.1-1.2x SM unroll=2; with 32 MiB and up at
+# 99-102% of the floor against SM unroll=4's 96%).
+CE_MIN_FLOW_BYTES = 4 << 20
+
+
+class CupyBackend(Backend):
+    name = "cupy"
+    description = "GPU: the Atom kernel through CuPy"
+    params = PARAMS
+
+    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S, split_launches: bool = False, settings: KernelSettings = KernelSettings()):
+        super().__init__(ranks, gpus, seed)
+        self.timeout_s, self.split_launches, self.settings = timeout_s, split_launches, settings
+        self._world = None
+
+    @classmethod
+    def available(cls) -> str | None:
+        try:
+            import cupy
+        except ImportError:
+            return "CuPy is not installed (pip install 'purlin-bench[cuda13]')"
+        try:
+            n = cupy.cuda.runtime.getDeviceCount()
+        except Exception as exc:  # CuPy raises its own CUDARuntimeError types
+            return f"no usable CUDA GPU ({type(exc).__name__}: {exc})"
+        return None if n >= 1 else "no CUDA GPU found"
+
+    @classmethod
+    def device_count(cls) -> int:
+        if cls.available() is not None:
+            return 0
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+
+    @property
+    def world(self):
+        from purlin_bench.backends.cupy.world import World
+
+        if self._world is None:
+            self._world = World(self.ranks, self.gpus, self.split_launches)
+        return self._world
+
+    @property
+    def fused(self) -> bool:
+        return super().fused and not self.split_launches
+
+    def describe(self) -> str:
+        return self.world.describe()
+
+    def fingerprint(self) -> Fingerprint:
+        from purlin_bench.backends.cupy.device import fingerprint
+
+        return fingerprint(self.ranks, self.gpus)
+
+    def environment(self) -> dict[str, Any]:
+        from purlin_bench.backends.cupy.device import environment
+
+        return {**super().environment(), **environment(self.gpus or (0,))}
+
+    def default_config(self, inst: Instance, config: RunConfig) -> RunConfig:
+        if inst.op == "reduce":
+            return config
+        plan = dict(config.plan_params)
+        # Copies have no reduction's loads to batch: 4 vectors in flight
+        # per thread take single-consumer copies from 84% to 96% of the
+        # floor; reductions keep 2, which is 0.5 us faster at small sizes.
+        datapath: dict[str, Any] = {"unroll": 4}
+        single = all(len(f.consumer_ranks()) == 1 for f in inst.flows)
+        smallest = min((f.count for f in inst.flows), default=0) * inst.itemsize
+        if self.fused and config.strategy == "push" and single and smallest >= CE_MIN_FLOW_BYTES:
+            plan["channels"] = 1
+            datapath = {"datapath": "ce"}
+        return RunConfig.make(config.strategy, plan, datapath)
+
+    def warm_up(self, dtype: str, redop: str | None) -> int:
+        """Build every kernel variant a runner could ask for (each unroll and
+        block size, with and without the reduce code), so that a timed
+        search does not spend its time in the compiler: on a fresh machine a
+        tune's 3 s studies ended after 1 of 16 trials. Returns how many
+        variants there are (compiled or found in cache)."""
+        from purlin_bench.backends.cupy.atoms import snac_kernel
+
+        world = self.world
+        sys_scope = len(set(world.devices)) > 1
+        choices = {p.name: p.choices for p in PARAMS}
+        built = 0
+        for device in sorted(set(world.devices)):
+            for unroll in choices["unroll"]:
+                for block in choices["threads"]:
+                    for copy_only in (False, True):
+                        snac_kernel(dtype, redop or "sum", unroll, block, device, sys_scope, copy_only, self.settings.defines)
+                        built += 1
+        return built
+
+    def guard(self) -> "device_errors":
+        return device_errors()
+
+    def copy_bandwidth(self) -> Bandwidth:
+        from purlin_bench.backends.cupy.device import measure_copy_bandwidth
+
+        return measure_copy_bandwidth(self.world.devices)
+
+    def baselines(self) -> tuple[str, ...]:
+        return ("cupy",) if self.fused else ("nccl",)
+
+    def prepare(self, program: Program, sets: int = 1, **params: Any) -> CupyRunner:
+        checked = check_params(type(self), params)
+        with device_errors():
+            return CupyRunner(self.world, program, timeout_s=self.timeout_s, sets=sets, settings=self.settings, **checked)
+
+    def reference(self, runner: CupyRunner, inst: Instance, inputs: Sequence[np.ndarray]):
+        from purlin_bench.backends.cupy.check import DeviceReference
+
+        with device_errors():
+            return DeviceReference(runner, inst, inputs)
+
+    def time(self, candidates: Sequence[Any], policy: TimingPolicy) -> list[Timing]:
+        from purlin_bench.backends.cupy.timing import time_side_by_side
+
+        with device_errors():
+            return time_side_by_side(candidates, self.world.devices[0], policy.iters, policy.warmup, policy.reps, policy.graph)
+
+
+class device_errors:
+    """CUDA's own errors (out of memory, launch failures) become
+    ExecutionError, so a tuner records the configuration as invalid instead
+    of dying, and the CLI prints one line."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or isinstance(exc, PurlinError):
+            return False
+        if type(exc).__module__.startswith(("cupy", "cupy_backends")):
+            raise ExecutionError(f"{type(exc).__name__}: {exc}") from None
+        return False
+
+
+BACKEND = CupyBackend

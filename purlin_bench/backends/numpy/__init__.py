@@ -1,0 +1,110 @@
+"""The CPU reference as a backend: simulated ranks in NumPy, on any machine.
+
+Its times are CPU wall-clock times of the reference executor, labelled so
+(``timing_kind``); they exercise the tools, they say nothing of a GPU. Its
+baseline is the spec's NumPy reference itself.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from purlin_bench.backends.numpy.executor import Call, NumpyRunner
+from purlin_bench.backends.port import Backend, TimingPolicy, check_params, take_turns
+from purlin_bench.dtypes import count_wrong
+from purlin_bench.errors import PurlinError
+from purlin_bench.hardware import Fingerprint, cpu_model, layout_slug
+from purlin_bench.program.model import Program
+from purlin_bench.spec.instance import Instance
+from purlin_bench.timing import Timing
+
+
+class HostReference:
+    """Expected outputs on the host; the baseline is computing them again."""
+
+    def __init__(self, inst: Instance, redop: str | None, inputs: Sequence[np.ndarray]):
+        self.inst, self.redop, self.inputs = inst, redop, list(inputs)
+        self.expected = inst.reference(self.inputs, redop)
+
+    def count_wrong(self, runner: Any, slot: int = 0) -> int:
+        return sum(count_wrong(a, b, None) for a, b in zip(runner.outputs(slot), self.expected))
+
+    def baseline(self, name: str) -> Call:
+        if name != NumpyBackend.name:
+            raise PurlinError(f"baseline {name} needs another backend; the CPU reference's baseline is {NumpyBackend.name}")
+        return Call(lambda i: self.inst.reference(self.inputs, self.redop))
+
+
+class NumpyBackend(Backend):
+    name = "numpy"
+    description = "numpy CPU reference"
+    timing_kind = "cpu-reference"
+    has_devices = False
+    default_bench_max = "1M"
+    default_tune_max = "64M"
+    # One call a batch: the reference takes milliseconds, and its times
+    # only exercise the path.
+    trial_policy = TimingPolicy(iters=1, warmup=1, reps=3)
+
+    @classmethod
+    def available(cls) -> str | None:
+        return None
+
+    def describe(self) -> str:
+        return f"numpy CPU reference, {self.ranks} simulated ranks"
+
+    def fingerprint(self) -> Fingerprint:
+        model = cpu_model()
+        return Fingerprint(
+            backend=self.name,
+            gpu_type="cpu",
+            layout=layout_slug(self.ranks, 1, False),
+            ranks=self.ranks,
+            link=f"{self.ranks} simulated ranks on the CPU (numpy reference)",
+            device_name=model,
+            cpu_model=model,
+        )
+
+    def environment(self) -> dict[str, Any]:
+        import platform
+
+        return {**super().environment(), "cpu": platform.processor() or platform.machine()}
+
+    def time_label(self, policy: TimingPolicy) -> str:
+        return "CPU wall clock"
+
+    def baselines(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def prepare(self, program: Program, sets: int = 1, **params: Any) -> NumpyRunner:
+        check_params(type(self), params)
+        return NumpyRunner(program, self.seed, sets)
+
+    def reference(self, runner: Any, inst: Instance, inputs: Sequence[np.ndarray]) -> HostReference:
+        return HostReference(inst, runner.program.redop, inputs)
+
+    def time(self, candidates: Sequence[Call], policy: TimingPolicy) -> list[Timing]:
+        # Capped: a 1 MiB reference call takes milliseconds, and a bench of
+        # 20 x 5 calls a size would take minutes for numbers that mean little.
+        iters, reps = min(policy.iters, 3), min(policy.reps, 3)
+        for c in candidates:
+            for i in range(min(policy.warmup, 1)):
+                c.call(i)
+
+        def batch_of(c: Call):
+            def batch() -> float:
+                start = time.perf_counter()
+                for i in range(iters):
+                    c.call(i)
+                return (time.perf_counter() - start) / iters * 1e6
+
+            return batch
+
+        samples = take_turns([batch_of(c) for c in candidates], reps)
+        return [Timing(float(np.median(s)), tuple(s)) for s in samples]
+
+
+BACKEND = NumpyBackend

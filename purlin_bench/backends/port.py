@@ -1,0 +1,221 @@
+"""The port every backend implements, and nothing above the backends names one.
+
+A **Backend** runs Programs on one rank layout (R virtual ranks on one
+device, or one rank per GPU): it says whether it can run here and why not,
+which datapath parameters it takes, what machine its times come from, what
+its default datapath is for an instance, and it prepares a Program into a
+**Runner** over a number of buffer sets. It also computes a **Reference**
+(the expected outputs of exact inputs, where its runners can compare them:
+on the device for a GPU) and times **candidates** side by side: its own
+runners and the baselines it offers ("the plain code a user would write").
+
+The measurement service (purlin_bench.measurement) is the only caller of
+most of this; check, bench, tune and the Python API go through it.
+"""
+
+from __future__ import annotations
+
+import platform
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, Sequence
+
+import numpy as np
+
+from purlin_bench.config import Param, RunConfig
+from purlin_bench.hardware import Fingerprint
+from purlin_bench.program.model import Program
+from purlin_bench.roofline import Bandwidth
+from purlin_bench.spec.instance import Instance
+from purlin_bench.timing import Timing
+
+
+@dataclass(frozen=True)
+class TimingPolicy:
+    """How to time: ``reps`` batches of ``iters`` calls after ``warmup``
+    untimed batches, the median batch per call; on a GPU each batch is one
+    CUDA graph replay when ``graph`` (else eager launches)."""
+
+    iters: int = 20
+    warmup: int = 5
+    reps: int = 5
+    graph: bool = True
+
+
+class Candidate(Protocol):
+    """Something a backend can time: one of its runners, or a baseline.
+    Opaque above the port: only the backend that made it times it."""
+
+
+class Runner(Protocol):
+    """A Program prepared on a backend over ``sets`` buffer sets (rotated
+    when timed, so one call's data is not the next call's cache)."""
+
+    program: Program
+    sets: int
+
+    def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
+        """Write per-rank inputs into buffer set ``slot``."""
+
+    def run(self, slot: int = 0) -> None:
+        """One call on buffer set ``slot``, outputs poisoned first; waits
+        for it and raises (WatchdogTimeout, ExecutionError) if it failed."""
+
+    def outputs(self, slot: int = 0) -> list[np.ndarray]:
+        """Host copies of every rank's output buffer."""
+
+    def candidate(self) -> Candidate:
+        """This runner as a timing candidate, cycling its buffer sets."""
+
+    def close(self) -> None:
+        """Let go of what the runner holds (device tables, buffers)."""
+
+
+class Reference(Protocol):
+    """Expected outputs of one instance's exact inputs, where a runner of
+    the same backend can compare with them."""
+
+    def count_wrong(self, runner: Runner, slot: int = 0) -> int:
+        """Output elements of ``runner``'s last call on ``slot`` that differ
+        from the expected ones in any bit."""
+
+    def baseline(self, name: str) -> Candidate:
+        """Baseline ``name`` over the same inputs and buffer sets, as a
+        timing candidate; PurlinError if this backend cannot time it here."""
+
+
+class Backend(ABC):
+    """One datapath behind the port. A subclass is one folder under
+    ``purlin_bench/backends/`` plus one line in the registry."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    # Datapath parameters, as the CLI, sweeps and plans see them.
+    params: ClassVar[tuple[Param, ...]] = ()
+    # How its times are labelled: "gpu" times are device times; anything
+    # else (the CPU reference) is marked so no one reads it as GPU speed.
+    timing_kind: ClassVar[str] = "gpu"
+    # Where ranks can sit on several devices (``gpus``); False: simulated.
+    has_devices: ClassVar[bool] = True
+    # Sweeps a user gets without asking: the largest message bench and tune
+    # measure by default (None: no cap), since a CPU reference can't do 1 GiB.
+    default_bench_max: ClassVar[str] = "256M"
+    default_tune_max: ClassVar[str | None] = None
+    # What the tuner times each trial with.
+    trial_policy: ClassVar[TimingPolicy] = TimingPolicy(iters=20, warmup=2, reps=5)
+
+    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0):
+        self.ranks = len(gpus) if gpus else ranks
+        self.gpus = tuple(gpus) if gpus else None
+        self.seed = seed
+
+    @classmethod
+    @abstractmethod
+    def available(cls) -> str | None:
+        """None where this backend can run here, else why not (one line)."""
+
+    @classmethod
+    def device_count(cls) -> int:
+        """Devices this backend can put ranks on (``--gpus all``)."""
+        return 0
+
+    @property
+    def fused(self) -> bool:
+        """Every rank runs in one launch on one device (virtual ranks)."""
+        return not self.gpus or len(set(self.gpus)) <= 1
+
+    @abstractmethod
+    def describe(self) -> str:
+        """Where the ranks run, in words, for a table's title."""
+
+    @abstractmethod
+    def fingerprint(self) -> Fingerprint:
+        """The machine and layout its times are measured on."""
+
+    def environment(self) -> dict[str, Any]:
+        """Versions and devices, stored with every result."""
+        import purlin_bench
+
+        return {"purlin_bench": purlin_bench.__version__, "python": platform.python_version(), "numpy": np.__version__, "backend": self.name, "host": platform.node()}
+
+    def time_label(self, policy: TimingPolicy) -> str:
+        """How this backend's times are taken, in words."""
+        return "CUDA graphs" if policy.graph else "eager launches"
+
+    def default_config(self, inst: Instance, config: RunConfig) -> RunConfig:
+        """The heuristics' strategy choice ``config`` with this backend's
+        default datapath for ``inst`` (it may adjust plan parameters that
+        only make sense with its datapath choice)."""
+        return config
+
+    def guard(self) -> AbstractContextManager[None]:
+        """Around every call into the backend: turns its library's own errors
+        (a CUDA launch failure, out of device memory) into ExecutionError, so
+        a tune records the configuration as invalid and the CLI prints one line."""
+        return nullcontext()
+
+    def warm_up(self, dtype: str, redop: str | None) -> int:
+        """Build ahead what a runner would build on first use; how many."""
+        return 0
+
+    def copy_bandwidth(self) -> Bandwidth | None:
+        """The copy bandwidth under a collective's floor, measured now."""
+        return None
+
+    @abstractmethod
+    def baselines(self) -> tuple[str, ...]:
+        """The baselines this layout can time, the strongest first."""
+
+    @abstractmethod
+    def prepare(self, program: Program, sets: int = 1, **params: Any) -> Runner:
+        """A runner for ``program``; unknown or out-of-domain ``params`` are
+        refused with a PlanError naming them."""
+
+    @abstractmethod
+    def reference(self, runner: Runner, inst: Instance, inputs: Sequence[np.ndarray]) -> Reference:
+        """The expected outputs of ``inputs`` (already loaded into every
+        buffer set of ``runner``), computed before any call of it."""
+
+    @abstractmethod
+    def time(self, candidates: Sequence[Candidate], policy: TimingPolicy) -> list[Timing]:
+        """Microseconds per call of each candidate, their batches in turns."""
+
+    def check_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` checked against this backend's, with defaults filled in."""
+        return check_params(type(self), params)
+
+
+def check_params(backend: type[Backend], params: dict[str, Any]) -> dict[str, Any]:
+    from purlin_bench.errors import PlanError
+
+    known = {p.name: p for p in backend.params}
+    unknown = set(params) - set(known)
+    if unknown:
+        listed = ", ".join(known) or "none"
+        raise PlanError(f"unknown datapath parameter(s) {sorted(unknown)} for backend {backend.name} (known: {listed})")
+    return {p.name: p.check(params.get(p.name, p.default)) for p in backend.params}
+
+
+def take_turns(batches: Sequence[Any], reps: int) -> list[list[float]]:
+    """``reps`` samples of every batch (a callable returning one sample),
+    the batches taking turns; sample ``k`` of every candidate is taken
+    before sample ``k + 1`` of any.
+
+    Rounds alternate direction (A B C, C B A, A B C, ...), so no candidate
+    always runs right after the same other one: in a fixed order the default,
+    always timed after CuPy's baseline, came out 1-4% slower than the same
+    configuration timed first, even with each batch primed."""
+    samples: list[list[float]] = [[] for _ in batches]
+    order = list(range(len(batches)))
+    for k in range(reps):
+        for i in order if k % 2 == 0 else order[::-1]:
+            samples[i].append(batches[i]())
+    return samples
+
+
+def run_once(runner: Runner, inputs: Sequence[np.ndarray], slot: int = 0) -> list[np.ndarray]:
+    """One call of ``runner`` on ``inputs`` through the port: load, run, outputs."""
+    runner.load(inputs, slot)
+    runner.run(slot)
+    return runner.outputs(slot)

@@ -1,0 +1,185 @@
+"""The one measurement service: how check, bench, every tune trial and the
+tune guard turn (collective, size, configuration) into checked outputs and
+times, on any backend, through the backend port only.
+
+* **Exact inputs, checked where the outputs are.** Inputs are small integers
+  whose results are exact in every dtype (purlin_bench.inputs); the backend's
+  Reference compares outputs bit for bit (on the device for a GPU).
+* **The same buffer sets.** A prepared configuration rotates over enough
+  buffer sets that one call's data is not still in L2 from the last, with
+  the inputs loaded into every set, whoever asks: a tune trial and a bench
+  row of the same configuration and size run the same calls.
+* **Side by side.** ``compare`` times every candidate asked for (the
+  configuration, the default, the baselines) in turns, batch by batch, in
+  one process (Backend.time), so their ratios hold on a drifting machine.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from purlin_bench.backends.port import Backend, Reference, Runner, TimingPolicy
+from purlin_bench.check import CheckResult
+from purlin_bench.config import RunConfig
+from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.errors import PurlinError
+from purlin_bench.heuristics import default_plan
+from purlin_bench.inputs import exact_inputs
+from purlin_bench.planner import plan
+from purlin_bench.program.model import Program
+from purlin_bench.spec.instance import Instance, instantiate
+from purlin_bench.spec.loader import CollectiveSpec
+from purlin_bench.timing import Timing
+
+# Rotate inputs over enough buffer sets that one call's data is not still in
+# L2 from the last (the H200 has 60 MB of L2); big messages need no rotation.
+ROTATE_BYTES = 256 << 20
+MAX_SETS = 8
+# Prepared configurations kept: a tune bucket has up to three probe sizes,
+# each with a trial and the default; a bench row a configuration, the
+# default and an in-place form.
+_KEPT = 6
+# A configuration whose buffer sets hold this much gets the cache to itself:
+# the world's buffers and the reference's outputs are the device's memory.
+_ALONE_BYTES = 256 << 20
+
+
+def rotation_sets(program: Program) -> int:
+    """Buffer sets a program's calls rotate over when timed."""
+    per_set = _set_bytes(program)
+    return int(min(MAX_SETS, max(1, -(-ROTATE_BYTES // max(1, per_set)))))
+
+
+def _set_bytes(program: Program) -> int:
+    return (sum(program.in_counts) + sum(program.out_counts)) * resolve_dtype(program.dtype)[1].itemsize
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A configuration ready to time: its runner with exact inputs in every
+    buffer set, the reference it was checked against, and that check."""
+
+    inst: Instance
+    config: RunConfig
+    program: Program
+    runner: Runner
+    reference: Reference
+    nwrong: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Times of candidates taken side by side, by label; ``nwrong`` of the
+    configurations; baselines that could not run here, with why."""
+
+    times: Mapping[str, Timing]
+    nwrong: Mapping[str, int]
+    unavailable: Mapping[str, str] = field(default_factory=dict)
+
+    def us(self, label: str) -> float:
+        return self.times[label].median_us
+
+
+class MeasurementService:
+    """Check and time on one backend (one rank layout)."""
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self._prepared: OrderedDict[tuple, Prepared] = OrderedDict()
+
+    @property
+    def ranks(self) -> int:
+        return self.backend.ranks
+
+    def instance(self, spec: CollectiveSpec, count: int, dtype: str, root: int = 0) -> Instance:
+        _, np_dtype = resolve_dtype(dtype)
+        return instantiate(spec, self.ranks, count, np_dtype.itemsize, root)
+
+    def default_config(self, inst: Instance) -> RunConfig:
+        """The untuned default (``--strategy auto``): the heuristics'
+        strategy with this backend's datapath defaults."""
+        return self.backend.default_config(inst, default_plan(inst))
+
+    def program(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False) -> Program:
+        return plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
+
+    def warm_up(self, dtype: str, redop: str | None = None) -> int:
+        with self.backend.guard():
+            return self.backend.warm_up(dtype, redop)
+
+    def check(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False, seed: int = 0, calls: int = 2) -> CheckResult:
+        """``calls`` calls on one buffer set (so epoch flags advance), each
+        compared with the reference; the worst count of wrong elements."""
+        program = self.program(inst, config, dtype, redop, inplace)
+        with self.backend.guard():
+            runner = self.backend.prepare(program, 1, **dict(config.exec_params))
+            try:
+                inputs = exact_inputs(program.in_counts, resolve_dtype(dtype)[1], program.redop, seed)
+                runner.load(inputs, 0)
+                reference = self.backend.reference(runner, inst, inputs)
+                wrong = 0
+                for call in range(calls):
+                    if call:
+                        runner.load(inputs, 0)  # in place, the last call overwrote them
+                    runner.run(0)
+                    wrong = max(wrong, reference.count_wrong(runner, 0))
+            finally:
+                runner.close()
+        return CheckResult(wrong, sum(program.out_counts))
+
+    def prepare(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False) -> Prepared:
+        """``config`` prepared over its rotation of buffer sets, exact inputs
+        in each, checked once; kept for the next ask (a tune trial is checked,
+        then timed; the guard times the same configurations again)."""
+        program = self.program(inst, config, dtype, redop, inplace)
+        key = (program, config.exec_params)
+        if key in self._prepared:
+            self._prepared.move_to_end(key)
+            return self._prepared[key]
+        self._make_room(program)
+        with self.backend.guard():
+            sets = rotation_sets(program)
+            runner = self.backend.prepare(program, sets, **dict(config.exec_params))
+            inputs = exact_inputs(program.in_counts, resolve_dtype(dtype)[1], program.redop)
+            for slot in range(sets):
+                runner.load(inputs, slot)
+            reference = self.backend.reference(runner, inst, inputs)
+            runner.run(0)
+            nwrong = reference.count_wrong(runner, 0)
+            if program.inplace_offsets is not None:
+                runner.load(inputs, 0)
+        self._prepared[key] = prepared = Prepared(inst, config, program, runner, reference, nwrong)
+        return prepared
+
+    def _make_room(self, program: Program) -> None:
+        big = _set_bytes(program) * rotation_sets(program) >= _ALONE_BYTES
+        while self._prepared and (big or len(self._prepared) >= _KEPT):
+            _, old = self._prepared.popitem(last=False)
+            old.runner.close()
+
+    def compare(self, inst: Instance, configs: Mapping[str, RunConfig], dtype: str, redop: str | None = None, baselines: Sequence[str] = (), policy: TimingPolicy = TimingPolicy(), inplace: bool = False) -> Comparison:
+        """Time ``configs`` (label -> configuration) and ``baselines`` side by
+        side at one size. A configuration that cannot be planned or run
+        raises (PurlinError); a baseline that cannot run here is left out and
+        reported in ``unavailable``."""
+        if not configs:
+            raise PurlinError("nothing to compare")
+        prepared = {label: self.prepare(inst, config, dtype, redop, inplace) for label, config in configs.items()}
+        candidates: dict[str, Any] = {label: p.runner.candidate() for label, p in prepared.items()}
+        unavailable: dict[str, str] = {}
+        first = next(iter(prepared.values()))
+        with self.backend.guard():
+            for name in baselines:
+                try:
+                    candidates[name] = first.reference.baseline(name)
+                except PurlinError as exc:
+                    unavailable[name] = str(exc)
+            times = self.backend.time(list(candidates.values()), policy)
+        return Comparison(dict(zip(candidates, times)), {label: p.nwrong for label, p in prepared.items()}, unavailable)
+
+    def close(self) -> None:
+        while self._prepared:
+            _, old = self._prepared.popitem(last=False)
+            old.runner.close()
