@@ -20,10 +20,10 @@ import time
 from purlin_bench.bench.measure import BenchOptions, GpuMeasurer
 from purlin_bench.bench.roofline import measure_copy_bandwidth
 from purlin_bench.bench.run import instances
-from purlin_bench.cli.common import parse_bytes
 from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
 from purlin_bench.executors import atoms, get_executor
+from purlin_bench.sizes import parse_bytes
 from purlin_bench.spec import load_builtin
 
 PLAN_KEYS = ("channels", "slice_bytes")

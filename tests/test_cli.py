@@ -84,7 +84,8 @@ BAD_INPUTS = [
     (["show", "all-reduce", "--spec", RING_SHIFT], "give COLLECTIVE or --spec, not both"),
     (["show", "all-to-all", "--inplace"], "all-to-all cannot run in place"),
     (["show", "reduce", "--ranks", "4", "--root", "4"], "root 4 is out of range for 4 ranks"),
-    (["show", "all-reduce", "--slice-bytes", "12Q"], "--slice-bytes"),
+    (["show", "all-reduce", "--slice-bytes", "12Q"], "--slice-bytes: expected a size like"),
+    (["show", "all-reduce", "--slice-bytes", "2000000T"], "--slice-bytes: '2000000T' is above the largest size"),
     (["show", "all-reduce", "--channels", "0"], "--channels must be >= 1"),
     (["check", "reduce", "--ranks", "2", "--root", "5"], "nothing to check: every combination asked for is n/a (root 5 is not a rank of 2)"),
 ]
@@ -166,6 +167,9 @@ def test_show_json_is_the_program(capsys):
     shown = Program.from_dict(json.loads(out))
     inst = instantiate(load_builtin("reduce"), 5, 100, 4, 2)
     assert shown == plan(inst, "ring", "float32", params={"slice_bytes": 64, "channels": 2})
+    # the shared size grammar: a unit and a fraction that is whole bytes read the same
+    code, again, _ = purlin(capsys, "show", "reduce", "--ranks", "5", "--strategy", "ring", "--root", "2", "--count", "100", "--slice-bytes", "0.0625KiB", "--channels", "2", "--json")
+    assert code == 0 and again == out
 
 
 def test_check_runs_the_matrix_and_reports_na(capsys):

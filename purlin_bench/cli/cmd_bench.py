@@ -17,6 +17,7 @@ from purlin_bench.errors import PurlinError
 from purlin_bench.executors import get_executor
 from purlin_bench.hardware import one_gpu
 from purlin_bench.session import resolve_backend
+from purlin_bench.sizes import parse_bytes
 from purlin_bench.spec.loader import load_all_builtin, resolve
 
 ORDER = 40
@@ -44,7 +45,7 @@ def bench(
     inplace: bool = typer.Option(True, "--inplace/--no-inplace", help="also measure in place"),
     backend: str = typer.Option("auto", "--backend", help="auto|cupy|numpy"),
     channels: Optional[int] = typer.Option(None, "--channels", help="override: channels per rank"),
-    slice_bytes: Optional[int] = typer.Option(None, "--slice-bytes", help="override: slice bytes"),
+    slice_bytes: Optional[str] = typer.Option(None, "--slice-bytes", help="override: bytes per slice, e.g. 4K or 1M"),
     blocks: Optional[int] = typer.Option(None, "--blocks", help="override: thread blocks per channel (cupy)"),
     threads: Optional[int] = typer.Option(None, "--threads", help="override: threads per block (cupy)"),
     datapath: Optional[str] = typer.Option(None, "--datapath", help="override: sm|ce (cupy)"),
@@ -62,7 +63,7 @@ def bench(
     n_ranks = len(devices) if devices else ranks
     if n_ranks < 1:
         raise PurlinError(f"--ranks must be at least 1, got {n_ranks}")
-    sizes = sweep(common.parse_bytes(minbytes, "--minbytes"), common.parse_bytes(maxbytes or ("256M" if backend_name == "cupy" else _NUMPY_DEFAULT_MAX), "--maxbytes"), stepfactor)
+    sizes = sweep(parse_bytes(minbytes, "--minbytes"), parse_bytes(maxbytes or ("256M" if backend_name == "cupy" else _NUMPY_DEFAULT_MAX), "--maxbytes"), stepfactor)
     if iters < 1 or warmup < 0 or cudagraph < 0:
         raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
     names = common.name_list(baseline)
@@ -72,7 +73,8 @@ def bench(
         if b not in ("cupy", "nccl", DEFAULT):
             raise PurlinError(f"unknown baseline '{b}' (known: auto, cupy, nccl, default, none)")
     specs = load_all_builtin() if collective == "all" else [resolve(collective)]
-    choice = _choice(strategy, plan, channels, slice_bytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_name, n_ranks, dtype)
+    slice_nbytes = None if slice_bytes is None else parse_bytes(slice_bytes, "--slice-bytes")
+    choice = _choice(strategy, plan, channels, slice_nbytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_name, n_ranks, dtype)
     options = BenchOptions(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0, check=bool(check), inplace=inplace, baselines=baselines if backend_name == "cupy" else ("numpy", *(b for b in baselines if b == DEFAULT)))
     if backend_name == "cupy":
         from purlin_bench.bench.roofline import measure_copy_bandwidth
