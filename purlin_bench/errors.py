@@ -16,10 +16,6 @@ class PlanError(PurlinError):
     """A strategy cannot build a program, or a program fails validation."""
 
 
-class StrategyNotApplicable(PlanError):
-    """A strategy does not apply to a spec (its ``refuse`` says why)."""
-
-
 class ExecutionError(PurlinError):
     """An executor could not run a program (deadlock, timeout, no device)."""
 

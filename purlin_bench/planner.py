@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from purlin_bench.errors import PlanError, StrategyNotApplicable
+from purlin_bench.errors import PlanError
 from purlin_bench.program.model import Program
 from purlin_bench.program.validate import ProgramInvalid, validate
 from purlin_bench.spec.instance import Instance
@@ -19,8 +19,14 @@ from purlin_bench.strategies.base import Builder, add_call_protocol, check_param
 
 
 def applicable(inst: Instance) -> dict[str, str | None]:
-    """For every strategy, None if it applies to ``inst``, else why not."""
-    return {name: s.refuse(inst) for name, s in STRATEGIES.items()}
+    """Every strategy, each with None (it applies).
+
+    Strategies read only the dataflow and build a program for any dataflow
+    (tests/test_planner.py checks every built-in), so none ever refuses; what
+    can fail is the program, as a PlanError from :func:`plan`. Kept only for
+    the callers in heuristics.py and tune/driver.py, which are being
+    rewritten; new code reads ``STRATEGIES``."""
+    return {name: None for name in STRATEGIES}
 
 
 def plan(inst: Instance, strategy: str, dtype: str, redop: str | None = None, params: dict[str, Any] | None = None, inplace: bool = False) -> Program:
@@ -29,9 +35,6 @@ def plan(inst: Instance, strategy: str, dtype: str, redop: str | None = None, pa
     In place, a strategy whose program would overwrite an input a peer still
     reads is rerouted through scratch (see ``redirect_outputs_through_scratch``)."""
     chosen = get_strategy(strategy)
-    why_not = chosen.refuse(inst)
-    if why_not:
-        raise StrategyNotApplicable(why_not)
     checked = check_params(strategy, dict(params or {}), chosen.params)
     redop = redop or inst.spec.redop
     key = (inst.spec, inst.ranks, inst.root, inst.count, inst.itemsize, strategy, dtype, redop, tuple(sorted(checked.items())), inplace)

@@ -17,13 +17,15 @@ import json
 import sys
 import time
 
-from purlin_bench.bench.measure import BenchOptions, GpuMeasurer
-from purlin_bench.bench.roofline import measure_copy_bandwidth
+from purlin_bench.backends.cupy import CupyBackend
+from purlin_bench.backends.cupy.executor import KernelSettings
+from purlin_bench.backends.port import TimingPolicy
+from purlin_bench.bench.measure import BenchOptions, Measurer
 from purlin_bench.bench.run import instances
-from purlin_bench.cli.common import parse_bytes
 from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
-from purlin_bench.executors import atoms, get_executor
+from purlin_bench.measurement import MeasurementService
+from purlin_bench.sizes import parse_bytes
 from purlin_bench.spec import load_builtin
 
 PLAN_KEYS = ("channels", "slice_bytes")
@@ -110,23 +112,13 @@ def parse_case(text: str):
     return name, dtype, [parse_bytes(s, "size") for s in sizes.split(",")], RunConfig.make(strategy, plan_params, exec_params)
 
 
-_PLAIN_COMPILE_OPTIONS = atoms.compile_options
-
-
-def add_compile_options(*extra: str) -> None:
-    """Build the Atom kernel with ``extra`` nvrtc options (e.g. -DNAME=VALUE)
-    from now on, in place of any given before."""
-    atoms.compile_options = lambda *args, **kwargs: (*_PLAIN_COMPILE_OPTIONS(*args, **kwargs), *extra)
-    atoms.snac_kernel.cache_clear()
-
-
 def launch_floor(iters: int, reps: int) -> dict[str, float]:
     """Microseconds per call of kernels that do nothing, replayed from a CUDA
     graph the way the benchmark replays collectives: what no configuration
     of a one-launch collective can beat at small sizes."""
     import cupy
 
-    from purlin_bench.executors.cupy_timing import time_calls
+    from purlin_bench.backends.cupy.timing import time_calls
 
     nop = cupy.RawKernel('extern "C" __global__ void nop(int* p) { if (p && threadIdx.x == 1024) p[0] = 0; }', "nop")
     stream = cupy.cuda.Stream(non_blocking=True)
@@ -152,20 +144,15 @@ def main() -> int:
     args = ap.parse_args()
     extra = [f'-DPURLIN_LD_HINT="{args.ld_hint}"'] if args.ld_hint else []
     extra += [f"-D{d}" for d in args.define]
-    if extra:
-        add_compile_options(*extra)
-    if args.auto_block_bytes:
-        from purlin_bench.executors import cupy_exec
-
-        cupy_exec._BYTES_PER_AUTO_BLOCK = args.auto_block_bytes
+    settings = KernelSettings(defines=tuple(extra), **({"auto_block_bytes": args.auto_block_bytes} if args.auto_block_bytes else {}))
     cases = [parse_case(c) for s in args.set for c in SETS[s]] + [parse_case(c) for c in args.case]
-    executor = get_executor("cupy")
-    bandwidth = measure_copy_bandwidth((0,))
+    backend = CupyBackend(args.ranks, settings=settings)
+    bandwidth = backend.copy_bandwidth()
     print(f"# copy bandwidth {bandwidth.bytes_per_s / 1e12:.3f} TB/s; ld hint '{args.ld_hint}'; defines {args.define}; auto block bytes {args.auto_block_bytes or 'default'}", flush=True)
     if args.launch_floor:
         for what, us in launch_floor(args.iters, args.reps).items():
             print(f"# {what}: {us:.2f} us per call (graph replay)", flush=True)
-    measurer = GpuMeasurer(executor, BenchOptions(iters=args.iters, warmup=2, reps=args.reps, inplace=False), bandwidth)
+    measurer = Measurer(MeasurementService(backend), BenchOptions(TimingPolicy(iters=args.iters, warmup=2, reps=args.reps), inplace=False, baselines=("cupy",)), bandwidth)
     rows = []
     print(f"{'collective':15} {'dtype':9} {'size':>11} {'config':50} {'us':>10} {'cupy us':>10} {'x cupy':>7} {'%floor':>7} {'wrong':>5}", flush=True)
     for name, dtype, sizes, config in cases:

@@ -124,7 +124,10 @@ def test_plot_draws_a_png_from_bench_json(capsys, tmp_path):
         (["all-reduce", "--datapath", "ce"], "is a datapath parameter of cupy, fake, not of backend numpy"),
         (["all-reduce", "-b", "2K", "-e", "1K"], "--maxbytes (1024) is smaller than --minbytes (2048)"),
         (["all-reduce", "-f", "1"], "--stepfactor must be at least 2"),
-        (["all-reduce", "-b", "lots"], "--minbytes"),
+        (["all-reduce", "-b", "lots"], "--minbytes: expected a size like"),
+        (["all-reduce", "-e", "2000000T"], "--maxbytes: '2000000T' is above the largest size"),
+        (["all-reduce", "--slice-bytes", "1.5"], "--slice-bytes: '1.5' is not a whole number of bytes"),
+        (["all-reduce", "--slice-bytes", "4Q"], "--slice-bytes: expected a size like"),
         (["all-reduce", "-d", "float8"], "unknown dtype 'float8'"),
         (["all-reduce", "-o", "avg"], "unknown reduction 'avg'"),
         (["all-reduce", "-n", "0"], "--iters must be >= 1"),
@@ -140,6 +143,19 @@ def test_bad_input_is_one_line(capsys, tmp_path, args, fragment):
     code, _, err = purlin(capsys, "bench", *args, "--backend", "numpy", "--json", path)
     assert_one_line_error(code, err, fragment)
     assert not path.exists()
+
+
+def test_slice_bytes_takes_a_size_with_a_unit(capsys, tmp_path):
+    # --slice-bytes was a plain int option here while `purlin show` took 4K.
+    data = bench_json(capsys, tmp_path, "all-reduce", "--slice-bytes", "4K", "-b", "64K", "-e", "64K", "--ranks", 4, "--strategy", "ring")
+    assert [r["config"]["plan_params"]["slice_bytes"] for r in data["results"]] == [4096]
+    assert [r["size"] for r in data["results"]] == [65536]
+
+
+def test_slice_bytes_4k_with_the_default_strategy(capsys):
+    code, out, err = purlin(capsys, "bench", "all-reduce", "--slice-bytes", "4K", "-e", "64K", "--backend", "numpy", "-n", "1", "-w", "0", "-G", "1", "--ranks", 2)
+    assert code == 0, err
+    assert "slice_bytes=4096" in out and "65536" in out
 
 
 @pytest.mark.parametrize(("content", "fragment"), [("{not json", "not valid JSON"), ('{"results": [{"size": 1}]}', "not a purlin bench result")])

@@ -10,7 +10,7 @@ import yaml
 
 from purlin_bench.config import RunConfig
 from purlin_bench.tune.space import Condition, ParamSpace, Space
-from purlin_bench.tune.sweep import Bucket, SweepError, buckets_from_sizes, builtin_sweep_paths, format_bytes, load_sweep_file, parse_size, parse_sweep, resolve_sweep
+from purlin_bench.tune.sweep import Bucket, SweepError, buckets_from_sizes, builtin_sweep_paths, load_sweep_file, parse_sweep, resolve_sweep
 
 GOOD = {
     "name": "t",
@@ -88,11 +88,12 @@ def test_sizes_override_and_cap():
     assert [b.min_bytes for b in sweep.capped(65536).buckets] == [8, 65536]
 
 
-def test_format_and_parse_size():
-    assert [format_bytes(n) for n in (8, 1000, 65536, 1 << 20, 3 << 30)] == ["8", "1000", "64K", "1M", "3G"]
-    assert parse_size("64K") == 65536 and parse_size("1MiB") == 1 << 20 and parse_size(12) == 12
-    with pytest.raises(ValueError):
-        parse_size("1.5M")
+def test_sweep_files_read_sizes_with_the_cli_grammar():
+    raw = {**GOOD, "sizes": [8, "64kib", "1.5M", "2T"], "space": {**GOOD["space"], "params": {"slice_bytes": {"values": [0, "0.5K", "1MB"], "when": {"strategy": "ring"}}, "channels": {"values": [1], "when": {"slice_bytes": "512B"}}}}}
+    sweep = parse_sweep(raw, "t")
+    assert [b.min_bytes for b in sweep.buckets] == [8, 65536, 3 << 19, 2 << 40]
+    assert sweep.space.params[0].values == (0, 512, 1 << 20)
+    assert sweep.space.params[1].when == Condition((("slice_bytes", (512,)),))
 
 
 def test_define_by_run_follows_conditions():
@@ -127,7 +128,12 @@ BAD = [
     ("unknown top key", {**GOOD, "colour": 1}, "unknown key(s) colour"),
     ("missing sizes", {k: v for k, v in GOOD.items() if k != "sizes"}, "sizes: missing"),
     ("empty sizes", {**GOOD, "sizes": []}, "sizes: empty"),
-    ("bad size", {**GOOD, "sizes": [8, "lots"]}, "sizes[1]"),
+    ("bad size", {**GOOD, "sizes": [8, "lots"]}, "sizes[1]: expected a size like"),
+    ("fractional bytes", {**GOOD, "sizes": [8, "1.5"]}, "sizes[1]: '1.5' is not a whole number of bytes"),
+    ("absurd size", {**GOOD, "sizes": [8, "2000000T"]}, "sizes[1]: '2000000T' is above the largest size"),
+    ("negative size", {**GOOD, "sizes": [-8]}, "sizes[0]: must not be negative"),
+    ("negative slice", with_space(slice_bytes=["-4K"]), "space.params.slice_bytes.values[0]: must not be negative"),
+    ("bad size in a condition", with_space(slice_bytes=[0, "4K"], channels={"values": [1], "when": {"slice_bytes": "4Q"}}), "space.params.channels.when.slice_bytes: expected a size like"),
     ("sizes not increasing", {**GOOD, "sizes": [64, 8]}, "must increase strictly"),
     ("unknown dtype", {**GOOD, "dtypes": ["float8"]}, "dtypes[0]: unknown dtype 'float8'"),
     ("bad ranks", {**GOOD, "ranks": [0]}, "ranks[0]"),

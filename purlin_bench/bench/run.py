@@ -8,9 +8,9 @@ from typing import Any, Callable
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PurlinError
-from purlin_bench.planner import applicable
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
+from purlin_bench.strategies import STRATEGIES, get_strategy
 
 
 @dataclass(frozen=True)
@@ -28,14 +28,10 @@ def configs_for(inst: Instance, size: int, choice: Choice, default: Callable[[In
     untuned default (MeasurementService.default_config)."""
     if choice.plan_lookup is not None:
         return [choice.plan_lookup(inst, size)]
-    usable = [name for name, why in applicable(inst).items() if why is None]
     if choice.strategy == "auto":
         base = default(inst)
         return [RunConfig.make(base.strategy, {**dict(base.plan_params), **choice.plan_overrides}, {**dict(base.exec_params), **choice.exec_overrides})]
-    names = usable if choice.strategy == "all" else [choice.strategy]
-    if choice.strategy not in ("all",) and choice.strategy not in usable:
-        why = applicable(inst).get(choice.strategy)
-        raise PurlinError(why or f"unknown strategy '{choice.strategy}'")
+    names = list(STRATEGIES) if choice.strategy == "all" else [get_strategy(choice.strategy).name]
     return [RunConfig.make(n, dict(choice.plan_overrides), dict(choice.exec_overrides)) for n in names]
 
 

@@ -16,13 +16,12 @@ from typing import Callable, Iterator, Sequence
 
 from purlin_bench.backends import make
 from purlin_bench.backends.port import Backend
-from purlin_bench.cli.targets import Target
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import DTYPES, REDOPS, resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.measurement import MeasurementService
-from purlin_bench.planner import applicable
 from purlin_bench.spec.instance import Instance, instantiate
+from purlin_bench.spec.loader import CollectiveSpec
 from purlin_bench.strategies import STRATEGIES
 
 PASS, FAIL, NA, ERROR = "pass", "FAIL", "n/a", "error"
@@ -32,7 +31,7 @@ PASS, FAIL, NA, ERROR = "pass", "FAIL", "n/a", "error"
 class Request:
     """What the user asked for, parsed; None in a field means 'the default'."""
 
-    targets: tuple[Target, ...]
+    specs: tuple[CollectiveSpec, ...]
     ranks: tuple[int, ...]
     strategies: tuple[str, ...] | None  # None: every strategy that applies
     dtypes: tuple[str, ...]
@@ -130,10 +129,9 @@ def parse_redops(text: str | None) -> tuple[str, ...] | None:
 
 def expand(request: Request) -> Iterator[Job | Outcome]:
     """Every combination asked for, in table order: a Job to run, or an n/a
-    Outcome saying why it cannot run. Raises PurlinError where the user named
-    both the collective and a strategy that does not apply to it."""
-    for target in request.targets:
-        spec = target.spec
+    Outcome saying why it cannot run (rank counts a spec's 'requires' refuses,
+    roots out of range, in place where the collective has no in-place form)."""
+    for spec in request.specs:
         for ranks in request.ranks:
             if not spec.supports_ranks(ranks):  # ranks >= 1 here, so its 'requires' said no
                 combo = Combo(spec.name, ranks, None, 0, "-", None, "-", False)
@@ -147,11 +145,10 @@ def expand(request: Request) -> Iterator[Job | Outcome]:
                     combo = Combo(spec.name, ranks, root, 0, "-", None, "-", False)
                     yield Outcome(combo, NA, note=f"root {root} is not a rank of {ranks}")
                     continue
-                yield from _expand_instance(request, target, ranks, root)
+                yield from _expand_instance(request, spec, ranks, root)
 
 
-def _expand_instance(request: Request, target: Target, ranks: int, root: int | None) -> Iterator[Job | Outcome]:
-    spec = target.spec
+def _expand_instance(request: Request, spec: CollectiveSpec, ranks: int, root: int | None) -> Iterator[Job | Outcome]:
     redops: Sequence[str | None] = [None]
     if spec.op == "reduce":
         redops = request.redops or [spec.redop]
@@ -164,21 +161,15 @@ def _expand_instance(request: Request, target: Target, ranks: int, root: int | N
                 if itemsize not in instances:
                     instances[itemsize] = instantiate(spec, ranks, count, itemsize, root or 0)
                 inst = instances[itemsize]
-                yield from _expand_strategies(request, target, inst, base)
+                yield from _expand_strategies(request, inst, base)
 
 
-def _expand_strategies(request: Request, target: Target, inst: Instance, base: Combo) -> Iterator[Job | Outcome]:
-    verdicts = applicable(inst)
+def _expand_strategies(request: Request, inst: Instance, base: Combo) -> Iterator[Job | Outcome]:
     inplace_why = inst.inplace_refusal() if any(request.inplace) else None
-    for strategy in request.strategies or tuple(verdicts):
-        why = verdicts[strategy]
-        if why and request.strategies is not None and target.explicit:
-            raise PurlinError(f"strategy '{strategy}' does not apply to {inst.spec.name}: {why}")
+    for strategy in request.strategies or tuple(STRATEGIES):
         for inplace in request.inplace:
             combo = replace(base, strategy=strategy, inplace=inplace)
-            if why:
-                yield Outcome(combo, NA, note=why)
-            elif inplace and inplace_why:
+            if inplace and inplace_why:
                 yield Outcome(combo, NA, note=inplace_why)
             else:
                 yield Job(combo, inst)

@@ -16,6 +16,7 @@ from purlin_bench.cli import common
 from purlin_bench.dtypes import REDOPS, resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.measurement import MeasurementService
+from purlin_bench.sizes import parse_bytes
 from purlin_bench.spec.loader import load_all_builtin, resolve
 
 ORDER = 40
@@ -49,7 +50,7 @@ def bench(
     inplace: bool = typer.Option(True, "--inplace/--no-inplace", help="also measure in place"),
     backend: str = typer.Option(AUTO, "--backend", help=" | ".join((AUTO, *names()))),
     channels: Optional[int] = typer.Option(None, "--channels", help="override: channels per rank"),
-    slice_bytes: Optional[int] = typer.Option(None, "--slice-bytes", help="override: slice bytes"),
+    slice_bytes: Optional[str] = typer.Option(None, "--slice-bytes", help="override: bytes per slice, e.g. 4K or 1M"),
     blocks: Optional[int] = typer.Option(None, "--blocks", help=_param_help("blocks")),
     threads: Optional[int] = typer.Option(None, "--threads", help=_param_help("threads")),
     datapath: Optional[str] = typer.Option(None, "--datapath", help=_param_help("datapath")),
@@ -67,11 +68,12 @@ def bench(
     n_ranks = len(devices) if devices else ranks
     if n_ranks < 1:
         raise PurlinError(f"--ranks must be at least 1, got {n_ranks}")
-    sizes = sweep(common.parse_bytes(minbytes, "--minbytes"), common.parse_bytes(maxbytes or backend_cls.default_bench_max, "--maxbytes"), stepfactor)
+    sizes = sweep(parse_bytes(minbytes, "--minbytes"), parse_bytes(maxbytes or backend_cls.default_bench_max, "--maxbytes"), stepfactor)
     if iters < 1 or warmup < 0 or cudagraph < 0:
         raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
     specs = load_all_builtin() if collective == "all" else [resolve(collective)]
-    choice = _choice(strategy, plan, channels, slice_bytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_cls, n_ranks, dtype)
+    slice_nbytes = None if slice_bytes is None else parse_bytes(slice_bytes, "--slice-bytes")
+    choice = _choice(strategy, plan, channels, slice_nbytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_cls, n_ranks, dtype)
     backend_obj = make(backend_cls, n_ranks, tuple(devices) if devices else None)
     baselines = _baselines(baseline, backend_obj.baselines())
     policy = TimingPolicy(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0)

@@ -129,7 +129,7 @@ def check(
     chosen, why = resolve(backend)
     devices = gpu_devices(gpus, chosen)
     request = m.Request(
-        targets=tuple(many_specs(collective, spec_files or [])),
+        specs=tuple(many_specs(collective, spec_files or [])),
         ranks=(len(devices),) if devices else tuple(int_list(ranks, "--ranks", minimum=1)),
         strategies=m.parse_strategies(strategy),
         dtypes=m.parse_dtypes(dtype),

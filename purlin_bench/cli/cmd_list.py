@@ -1,4 +1,4 @@
-"""``purlin list``: the collectives, their semantics, and which strategies apply."""
+"""``purlin list``: the collectives, their semantics, and the strategies that run them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ import typer
 from rich.table import Table
 
 from purlin_bench.cli.common import console
-from purlin_bench.planner import applicable
-from purlin_bench.spec.instance import instantiate
 from purlin_bench.spec.loader import LOAD_CHECK_RANKS, CollectiveSpec, load_all_builtin, load_spec_file
+from purlin_bench.strategies import STRATEGIES
 
 ORDER = 10
 # Rank count at which applicability is shown: a typical scale-up node.
@@ -29,10 +28,6 @@ def probe_ranks(spec: CollectiveSpec) -> int | None:
 def describe(spec: CollectiveSpec) -> dict[str, Any]:
     """Everything ``purlin list --json`` says about one collective."""
     ranks = probe_ranks(spec)
-    verdicts: dict[str, str | None] = {}
-    if ranks is not None:
-        # Applicability reads the dataflow, which does not depend on the count.
-        verdicts = applicable(instantiate(spec, ranks, count=ranks, itemsize=4, root=0))
     return {
         "name": spec.name,
         "description": spec.description,
@@ -44,8 +39,8 @@ def describe(spec: CollectiveSpec) -> dict[str, Any]:
         "bench": {"size": spec.bench.size_elements.text, "busbw": spec.bench.busbw_factor.text},
         "source": spec.source,
         "probed_ranks": ranks,
-        "strategies": [name for name, why in verdicts.items() if why is None],
-        "not_applicable": {name: why for name, why in verdicts.items() if why is not None},
+        # Every strategy runs any dataflow; only a spec that allows no rank count has none.
+        "strategies": list(STRATEGIES) if ranks is not None else [],
     }
 
 
@@ -55,17 +50,15 @@ def _op_text(entry: dict[str, Any]) -> str:
 
 def table(entries: list[dict[str, Any]]) -> Table:
     out = Table(title=f"collectives (strategies as they apply at {PROBE_RANKS} ranks)", title_justify="left")
-    for name in ("collective", "op", "rooted", "count", "strategies", "not applicable", "description"):
+    for name in ("collective", "op", "rooted", "count", "strategies", "description"):
         out.add_column(name, overflow="fold")
     for e in entries:
-        refused = "; ".join(f"{name}: {why}" for name, why in e["not_applicable"].items()) or "-"
         out.add_row(
             e["name"],
             _op_text(e),
             "yes" if e["rooted"] else "no",
             e["count"],
             ", ".join(e["strategies"]) or "-",
-            refused,
             e["description"],
         )
     return out
@@ -76,7 +69,7 @@ def list_collectives(
     spec_files: Optional[list[str]] = typer.Option(None, "--spec", help="Also list a user's spec (.yaml); repeatable."),
 ) -> None:
     """List the built-in collectives (and --spec files): op, rootedness, how a
-    count maps to chunks, and which strategies apply (and why not)."""
+    count maps to chunks, and the strategies that run it."""
     specs = load_all_builtin() + [load_spec_file(path) for path in spec_files or []]
     entries = [describe(spec) for spec in specs]
     if as_json:

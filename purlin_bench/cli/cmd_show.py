@@ -6,13 +6,14 @@ from typing import Optional
 
 import typer
 
-from purlin_bench.cli.common import console, parse_bytes
+from purlin_bench.cli.common import console
 from purlin_bench.cli.targets import one_spec
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.heuristics import default_plan
 from purlin_bench.planner import plan
 from purlin_bench.program.render import render_rich
+from purlin_bench.sizes import parse_bytes
 from purlin_bench.spec.instance import instantiate
 
 ORDER = 20

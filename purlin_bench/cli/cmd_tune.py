@@ -17,6 +17,7 @@ from purlin_bench.cli import common
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.backends import AUTO, names, resolve as resolve_backend
 from purlin_bench.errors import PurlinError
+from purlin_bench.sizes import parse_bytes
 from purlin_bench.spec.loader import load_all_builtin, resolve
 
 ORDER = 50
@@ -71,12 +72,12 @@ def tune(
         notes.append(f"{why}; plans will be marked as CPU reference timings")
     devices = common.gpu_devices(gpus, backend_cls)
     if sizes:
-        chosen = chosen.with_sizes([common.parse_bytes(s, "--sizes") for s in common.name_list(sizes)])
+        chosen = chosen.with_sizes([parse_bytes(s, "--sizes") for s in common.name_list(sizes)])
     # A CPU reference's times mean nothing for a GPU and its memory is the
     # machine's: the backend says how far a tune goes unless asked.
     cap = max_bytes or backend_cls.default_tune_max
     if cap:
-        kept = chosen.capped(common.parse_bytes(cap, "--max-bytes"))
+        kept = chosen.capped(parse_bytes(cap, "--max-bytes"))
         if not kept.buckets:
             raise PurlinError(f"no size bucket starts at or below --max-bytes {cap}")
         if len(kept.buckets) < len(chosen.buckets) and not max_bytes:

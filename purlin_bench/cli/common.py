@@ -64,26 +64,6 @@ def name_list(text: str) -> list[str]:
     return [p.strip() for p in str(text).split(",") if p.strip()]
 
 
-SIZE_SUFFIXES = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
-
-
-def parse_bytes(text: str, what: str) -> int:
-    """nccl-tests sizes: '8', '64K', '1M', '1G' (powers of 1024)."""
-    raw = str(text).strip().upper()
-    digits = raw.rstrip("KMGIB")
-    suffix = raw[len(digits):]
-    try:
-        value = float(digits)
-    except ValueError:
-        raise PurlinError(f"{what} must be a size like 8, 64K, 1M or 1G, got '{text}'") from None
-    if suffix not in SIZE_SUFFIXES:
-        raise PurlinError(f"{what} has an unknown unit in '{text}' (use K, M or G)")
-    size = int(value * SIZE_SUFFIXES[suffix])
-    if size < 0:
-        raise PurlinError(f"{what} must not be negative, got '{text}'")
-    return size
-
-
 def gpu_devices(text: str | None, backend) -> list[int] | None:
     """--gpus for commands that run on ``backend`` (a Backend class):
     '0,1,2,3', or 'all' (every device the backend sees). Only backends with

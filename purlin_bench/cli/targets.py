@@ -3,17 +3,10 @@ to a user's YAML (as COLLECTIVE or through ``--spec``), or ``all``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 from purlin_bench.errors import PurlinError
 from purlin_bench.spec.loader import CollectiveSpec, load_all_builtin, load_spec_file, resolve
-
-
-@dataclass(frozen=True)
-class Target:
-    spec: CollectiveSpec
-    explicit: bool  # named by the user, not reached through 'all'
 
 
 def one_spec(collective: str | None, spec_file: str | None) -> CollectiveSpec:
@@ -29,15 +22,15 @@ def one_spec(collective: str | None, spec_file: str | None) -> CollectiveSpec:
     return resolve(collective)
 
 
-def many_specs(collective: str | None, spec_files: Sequence[str]) -> list[Target]:
+def many_specs(collective: str | None, spec_files: Sequence[str]) -> list[CollectiveSpec]:
     """COLLECTIVE (a name, a .yaml path or ``all``) plus every ``--spec`` file."""
     if not collective and not spec_files:
         raise PurlinError("missing COLLECTIVE (a built-in name, 'all', or a path to a .yaml spec; or use --spec FILE.yaml)")
-    targets: list[Target] = []
+    specs: list[CollectiveSpec] = []
     if collective == "all":
-        targets.extend(Target(s, explicit=False) for s in load_all_builtin())
+        specs.extend(load_all_builtin())
     elif collective:
-        targets.append(Target(resolve(collective), explicit=True))
-    targets.extend(Target(load_spec_file(path), explicit=True) for path in spec_files)
-    return targets
+        specs.append(resolve(collective))
+    specs.extend(load_spec_file(path) for path in spec_files)
+    return specs
 

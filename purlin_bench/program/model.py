@@ -117,9 +117,6 @@ class Program:
     def channels(self) -> int:
         return max((len(ch) for ch in self.lists), default=0)
 
-    def param(self, name: str, default: Any = None) -> Any:
-        return dict(self.params).get(name, default)
-
     def steps(self) -> Iterator[tuple[StepId, Step]]:
         for rank, chans in enumerate(self.lists):
             for channel, steps in enumerate(chans):

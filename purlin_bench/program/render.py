@@ -243,26 +243,12 @@ def _list_title(rank: int, channel: int, count: int) -> str:
     return f"rank {rank} / channel {channel} ({count} steps)"
 
 
-def render_text(program: Program) -> str:
-    """The whole program as aligned plain text (what ``purlin show`` prints
-    when its output is not a terminal, and what the tests read)."""
-    lines = [header(program), *summary_lines(program)]
-    for rank, chans in enumerate(program.lists):
-        for channel in range(len(chans)):
-            table = [COLUMNS, *(row.cells() for row in rows(program, rank, channel))]
-            widths = [max(len(r[i]) for r in table) for i in range(len(COLUMNS))]
-            lines.append("")
-            lines.append(_list_title(rank, channel, len(table) - 1))
-            for cells in table:
-                lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
-    return "\n".join(lines) + "\n"
-
-
 _KIND_STYLE = {"Stage": "cyan", "Notify": "magenta", "Consume": "green"}
 
 
 def render_rich(program: Program) -> RenderableType:
-    """The same content as :func:`render_text`, as rich tables."""
+    """The header, the summary lines and one table per (rank, channel) list:
+    what ``purlin show`` prints."""
     parts: list[RenderableType] = [Text(header(program), style="bold")]
     parts.extend(Text(line) for line in summary_lines(program))
     for rank, chans in enumerate(program.lists):

@@ -136,9 +136,6 @@ class Instance:
             return str(exc)
         return None
 
-    def bench_size_elements(self) -> int:
-        return self.spec.bench.size_elements.int({"count": self.count, "R": self.ranks})
-
     def busbw_factor(self) -> float:
         return float(self.spec.bench.busbw_factor({"R": self.ranks}))
 

@@ -232,5 +232,4 @@ class Strategy:
     name: str
     summary: str
     emit: Callable[[Builder, dict[str, int]], None]
-    refuse: Callable[[Instance], str | None] = lambda inst: None
     params: tuple[Param, ...] = COMMON_PARAMS

@@ -42,6 +42,7 @@ from purlin_bench.config import Param
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PlanError, PurlinError
 from purlin_bench.resources import data_dir
+from purlin_bench.sizes import SizeError, format_bytes, parse_bytes
 from purlin_bench.strategies import STRATEGIES
 from purlin_bench.tune.space import CONTEXT_NAMES, Condition, ParamSpace, Space
 from purlin_bench.yamlfile import read_yaml
@@ -49,8 +50,6 @@ from purlin_bench.yamlfile import read_yaml
 _TOP_KEYS = ("name", "description", "sizes", "dtypes", "ranks", "trials", "space")
 _SPACE_KEYS = ("strategy", "params")
 _PARAM_KEYS = ("values", "when")
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-_SIZE = re.compile(r"^\s*(\d+)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 _CONTEXT_DOMAINS: dict[str, tuple[Any, ...] | None] = {"op": ("copy", "reduce"), "backend": names()}
 
 
@@ -137,26 +136,6 @@ class Sweep:
 
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def format_bytes(n: int) -> str:
-    """8 -> '8', 65536 -> '64K', 1 << 30 -> '1G' (nccl-tests style)."""
-    for unit in ("T", "G", "M", "K"):
-        if n >= _UNITS[unit] and n % _UNITS[unit] == 0:
-            return f"{n // _UNITS[unit]}{unit}"
-    return str(n)
-
-
-def parse_size(value: Any) -> int:
-    """8, '64K', '1M', '1G' (powers of 1024) -> bytes; ValueError says why not."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ValueError(f"a size must not be negative, got {value}")
-        return value
-    match = _SIZE.match(value) if isinstance(value, str) else None
-    if not match:
-        raise ValueError(f"expected a size like 8, 64K or 1M, got {value!r}")
-    return int(match.group(1)) * _UNITS[match.group(2).upper()]
 
 
 def buckets_from_sizes(sizes: list[int], where: str) -> tuple[Bucket, ...]:
@@ -248,9 +227,9 @@ def _list(value: Any, where: str, fail) -> list[Any]:
 
 def _size(value: Any, where: str, fail) -> int:
     try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise fail(where, str(exc)) from None
+        return parse_bytes(value, where)
+    except SizeError as exc:
+        raise fail(where, exc.why) from None
 
 
 def _positive_int(value: Any, where: str, fail) -> int:
