@@ -48,7 +48,7 @@ class Param:
     def check(self, value: Any, owner: str = "") -> Any:
         """``value`` if it is in the domain, else a PlanError naming the
         parameter (and ``owner``, e.g. "strategy 'ring'", when given)."""
-        name = f"{self.name} of {owner}" if owner else self.name
+        name = f"parameter {self.name} of {owner}" if owner else self.name
         if self.choices:
             if value not in self.choices:
                 raise PlanError(f"{name} must be one of {', '.join(map(str, self.choices))}, got {value!r}")
