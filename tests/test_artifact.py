@@ -11,7 +11,8 @@ import pytest
 
 from purlin_bench.config import RunConfig
 from purlin_bench.hardware import detect
-from purlin_bench.tune import artifact as artifact_module
+from purlin_bench import atomic
+from purlin_bench.errors import PurlinError
 from purlin_bench.tune.artifact import SCHEMA_VERSION, ArtifactError, PlanArtifact, PlanEntry, SweepRef, load_plan_file, parse_plan, plan_path, write_plan
 
 
@@ -51,8 +52,8 @@ def test_write_is_atomic_when_the_rename_fails(tmp_path, monkeypatch):
     def refuse(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(artifact_module.os, "replace", refuse)
-    with pytest.raises(ArtifactError, match="cannot write: No space left on device"):
+    monkeypatch.setattr(atomic.os, "replace", refuse)
+    with pytest.raises(PurlinError, match="cannot write: No space left on device"):
         write_plan(make_plan(collective="all-gather"), path)
     assert path.read_text() == before
     assert os.listdir(tmp_path) == ["plan.json"]  # no temp file left behind
@@ -64,8 +65,8 @@ def test_write_is_atomic_when_writing_fails_midway(tmp_path, monkeypatch):
     def crash(fd):
         raise OSError(5, "Input/output error")
 
-    monkeypatch.setattr(artifact_module.os, "fsync", crash)
-    with pytest.raises(ArtifactError):
+    monkeypatch.setattr(atomic.os, "fsync", crash)
+    with pytest.raises(PurlinError, match="plan.json: cannot write: Input/output error"):
         write_plan(make_plan(), path)
     assert not path.exists() and os.listdir(path.parent) == []
 

@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 
+from purlin_bench.atomic import write_text_atomic
 from purlin_bench.export import formats, render, require_format
-from purlin_bench.tune.artifact import ArtifactError, load_plan_file, write_text_atomic
+from purlin_bench.tune.artifact import load_plan_file
 
 ORDER = 60
 
@@ -26,10 +27,7 @@ def export(
     if output is None:
         sys.stdout.write(text)
         return
-    try:
-        write_text_atomic(output, text)
-    except OSError as exc:
-        raise ArtifactError(f"{output}: cannot write: {exc.strerror or exc}") from None
+    write_text_atomic(output, text)
 
 
 def register(app: typer.Typer) -> None:

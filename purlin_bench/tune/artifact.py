@@ -9,8 +9,8 @@ the package version, the date, the sweep used (name and hash), the backend
 winning configuration with its time, bus bandwidth, and the default's and the
 baseline's times when known. Its JSON Schema is ``docs/plan.schema.json``.
 
-Writes are atomic (temp file in the same folder, then ``os.replace``): a
-reader sees the old plan or the new one, never half of one. Loading validates
+Writes are atomic (:mod:`purlin_bench.atomic`): a reader sees the old plan
+or the new one, never half of one. Loading validates
 every field and says which one is wrong; a plan from a newer schema is refused
 rather than misread.
 """
@@ -18,12 +18,11 @@ rather than misread.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from purlin_bench.atomic import write_text_atomic
 from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
 from purlin_bench.hardware import Fingerprint
@@ -132,35 +131,8 @@ def plan_path(out_dir: str | Path, gpu_type: str, collective: str, layout: str, 
 # ---------------------------------------------------------------- writing
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that it is either wholly there or not at
-    all: a temp file in the same folder, flushed, then renamed over."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-
-
-def _unlink_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def write_plan(plan: PlanArtifact, path: str | Path) -> None:
-    try:
-        write_text_atomic(path, plan.to_json())
-    except OSError as exc:
-        raise ArtifactError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    write_text_atomic(path, plan.to_json())
 
 
 # ---------------------------------------------------------------- reading
