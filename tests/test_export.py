@@ -1,6 +1,5 @@
 """Every export format: JSON valid against the published schema, CSV rows,
-a C/C++ header that compiles (and whose lookup agrees with ours), and NCCL
-tuner rules for NCCL plans only."""
+and a C/C++ header that compiles (and whose lookup agrees with ours)."""
 
 from __future__ import annotations
 
@@ -31,14 +30,6 @@ def make_plan(entries=None, collective="all-reduce", backend="numpy") -> PlanArt
         PlanEntry(1 << 20, None, 1 << 20, RunConfig.make("direct", {"channels": 4, "slice_bytes": 0}, {"datapath": "ce"}), 80.0, 19.6, 80.0, None, 5, "s1M"),
     )
     return PlanArtifact(collective, "float32", 8, backend, detect("numpy", 8), "0.1.0", "2026-12-02T10:00:00+00:00", SweepRef("quick", "0123456789ab", "tpe", 5, 0), entries or default_entries, redop="sum")
-
-
-def nccl_plan(collective="all-reduce", **params) -> PlanArtifact:
-    def rule(lo, hi, algorithm, protocol, channels):
-        values = {"algorithm": algorithm, "protocol": protocol, "channels": channels, **params}
-        return PlanEntry(lo, hi, lo, RunConfig.make("nccl", exec_params=values), 5.0, 1.0, 6.0, None, 4, f"n{lo}")
-
-    return make_plan((rule(8, 65535, "ring", "LL", 4), rule(65536, None, "nvls", "simple", 16)), collective=collective, backend="cupy")
 
 
 # --------------------------------------------------------------- a tiny JSON Schema checker
@@ -127,12 +118,12 @@ def test_the_checker_catches_schema_violations():
 
 
 def test_registry():
-    assert formats() == ["json", "csv", "header", "nccl-tuner"]
+    assert formats() == ["json", "csv", "header"]
     with pytest.raises(ExportError, match="unknown export format 'yaml'"):
         render(make_plan(), "yaml", "p.json")
 
 
-@pytest.mark.parametrize("plan", [make_plan(), make_plan(backend="cupy"), nccl_plan()], ids=["numpy", "cupy", "nccl"])
+@pytest.mark.parametrize("plan", [make_plan(), make_plan(backend="cupy")], ids=["numpy", "cupy"])
 def test_json_export_validates_against_the_published_schema(plan):
     data = json.loads(render(plan, "json", "p.json"))
     assert schema_errors(data, SCHEMA, SCHEMA) == []
@@ -147,8 +138,8 @@ def test_csv_has_one_row_per_bucket():
     assert rows[1]["slice_bytes"] == "262144" and rows[1]["blocks"] == "4" and rows[1]["datapath"] == "sm"
     assert rows[0]["blocks"] == "" and rows[0]["timing"] == "cpu-reference"
     assert rows[1]["speedup_vs_default"] == "1.5" and rows[1]["speedup_vs_baseline"] == "2"
-    nccl_rows = list(csv.DictReader(io.StringIO(render(nccl_plan(), "csv", "p.json"))))
-    assert "algorithm=ring" in nccl_rows[0]["other_params"]
+    odd = replace(make_plan(), entries=(replace(make_plan().entries[0], config=RunConfig.make("push", {"channels": 1}, {"prefetch": 2})),))
+    assert list(csv.DictReader(io.StringIO(render(odd, "csv", "p.json"))))[0]["other_params"] == "prefetch=2"
 
 
 def _compilers() -> list[tuple[str, str]]:
@@ -196,28 +187,3 @@ def test_header_escapes_strings():
     odd = make_plan((PlanEntry(8, None, 8, RunConfig.make('we"ird\\', {"channels": 1}), 1.0, 1.0, None, None, 1, "s"),))
     text = render(odd, "header", "p.json")
     assert '"we\\042ird\\134"' in text
-
-
-def test_nccl_tuner_rules():
-    text = render(nccl_plan(), "nccl-tuner", "n.json")
-    rules = [line for line in text.splitlines() if not line.startswith("#")]
-    assert rules == [
-        "allreduce,8,65535,ring,ll,4,1,8,-1,-1",
-        "allreduce,65536,18446744073709551615,nvls,simple,16,1,8,-1,-1",
-    ]
-    assert "collective_type,min_bytes,max_bytes,algorithm,protocol,channels,nNodes,nRanks,numPipeOps,regBuff" in text
-
-
-def test_nccl_tuner_refuses_our_own_datapath():
-    with pytest.raises(ExportError) as err:
-        render(make_plan(), "nccl-tuner", "results/cpu/all-reduce-8vr-float32.json")
-    message = str(err.value)
-    assert "cannot export results/cpu/all-reduce-8vr-float32.json as nccl-tuner" in message
-    assert "direct, ring, two-shot" in message and "NCCL cannot express" in message
-
-
-def test_nccl_tuner_refuses_what_nccl_lacks():
-    with pytest.raises(ExportError, match="NCCL's tuner has no rules for all-to-all"):
-        render(nccl_plan("all-to-all"), "nccl-tuner", "n.json")
-    with pytest.raises(ExportError, match="algorithm 'magic' is not one of NCCL's"):
-        render(replace(nccl_plan(), entries=(replace(nccl_plan().entries[0], config=RunConfig.make("nccl", exec_params={"algorithm": "magic", "protocol": "ll"})),)), "nccl-tuner", "n.json")

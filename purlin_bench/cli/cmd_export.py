@@ -20,7 +20,7 @@ def export(
     fmt: str = typer.Option(..., "--format", "-f", help=" | ".join(formats())),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write here (atomically) instead of to stdout"),
 ) -> None:
-    """Export a tuned plan: json (docs/plan.schema.json), csv, a C/C++ header, or NCCL tuner rules."""
+    """Export a tuned plan: json (docs/plan.schema.json), csv, or a C/C++ header."""
     require_format(fmt)
     artifact = load_plan_file(plan)
     text = render(artifact, fmt, str(plan))

@@ -15,7 +15,6 @@ _FORMATS = {
     "json": "purlin_bench.export.json_format",
     "csv": "purlin_bench.export.csv_format",
     "header": "purlin_bench.export.header",
-    "nccl-tuner": "purlin_bench.export.nccl_tuner",
 }
 
 
