@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from purlin_bench.cli.main import run
-from purlin_bench.tune.artifact import load_plan_file
+from purlin_bench.planfile import load_plan_file
 from purlin_bench.tune.storage import open_storage
 from purlin_bench.tune.tuner import count_finished
 
@@ -188,7 +188,7 @@ def test_bad_artifacts_for_export(capsys, tmp_path):
     assert_one_error_line(*_code_err(purlin(capsys, "export", newer, "--format", "csv")), "schema version 99 is newer")
     missing = tmp_path / "missing.json"
     missing.write_text(json.dumps({"schema_version": 1, "kind": "purlin-plan"}))
-    assert_one_error_line(*_code_err(purlin(capsys, "export", missing, "--format", "csv")), "backend: missing field")
+    assert_one_error_line(*_code_err(purlin(capsys, "export", missing, "--format", "csv")), "missing.json: collective: missing field")
     assert_one_error_line(*_code_err(purlin(capsys, "export", missing, "--format", "yaml")), "unknown export format 'yaml'")
 
 

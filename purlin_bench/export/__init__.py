@@ -8,7 +8,7 @@ from __future__ import annotations
 from importlib import import_module
 
 from purlin_bench.errors import PurlinError
-from purlin_bench.tune.artifact import PlanArtifact
+from purlin_bench.planfile import PlanArtifact
 
 # format -> module; imported when asked for.
 _FORMATS = {

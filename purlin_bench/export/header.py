@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from purlin_bench.tune.artifact import PlanArtifact
+from purlin_bench.planfile import PlanArtifact
 
 _INT_FIELDS = (("slice_bytes", "int64_t"), ("channels", "int32_t"), ("blocks", "int32_t"), ("threads", "int32_t"), ("unroll", "int32_t"))
 _STRING_FIELDS = ("datapath",)

@@ -9,8 +9,8 @@ One idea per module:
 * ``liveness``: which worker runs a trial, and whether it died;
 * ``storage``: study storage from a URL (SQLite by default, any RDB);
 * ``measure``: check/measure through a Session on a backend;
-* ``artifact``: plan artifacts in ``results/``, atomic and validated;
-* ``driver``: from a request to studies and artifacts (the CLI's engine).
+* ``driver``: from a request to studies and plan files (the CLI's engine),
+  written and read through :mod:`purlin_bench.planfile`.
 
 Nothing here imports Optuna at module import; it loads when a study runs.
 """

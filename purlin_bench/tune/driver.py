@@ -24,10 +24,10 @@ from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
 from purlin_bench.hardware import Fingerprint, detect, one_gpu
 from purlin_bench.heuristics import default_config
+from purlin_bench.planfile import PlanArtifact, PlanEntry, SweepRef, load_plan_file, plan_path, write_plan
 from purlin_bench.planner import applicable
 from purlin_bench.session import Session
 from purlin_bench.spec.loader import CollectiveSpec
-from purlin_bench.tune.artifact import PlanArtifact, PlanEntry, SweepRef, load_plan_file, plan_path, write_plan
 from purlin_bench.tune.effective import backend_exec_params, effective_config
 from purlin_bench.tune.measure import SessionBench
 from purlin_bench.tune.storage import lost_storage, open_storage, storage_errors
@@ -134,7 +134,7 @@ def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter
         entries=entries,
     )
     # Written once every bucket is done: an interrupted tune leaves the old plan whole.
-    write_plan(artifact, path)
+    write_plan(artifact, path, job.spec)
     return JobResult(job, path, results)
 
 
