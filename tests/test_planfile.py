@@ -228,3 +228,10 @@ def test_not_an_object():
 def test_integers_are_accepted_as_times(tmp_path):
     path = _broken(tmp_path, lambda d: d["entries"][0].update(time_us=10))
     assert load_plan_file(path).entries[0].time_us == 10.0
+
+
+def test_the_cli_imports_jsonschema_only_to_read_a_plan():
+    code = "import sys; from purlin_bench.cli.main import run; run(['export', '--help']); print('jsonschema imported:', 'jsonschema' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert "--format" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "jsonschema imported: False"

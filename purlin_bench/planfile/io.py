@@ -15,10 +15,7 @@ import json
 import math
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator
-
-import jsonschema
-from jsonschema.exceptions import ValidationError, best_match
+from typing import TYPE_CHECKING, Any, Iterator
 
 from purlin_bench.atomic import write_text_atomic
 from purlin_bench.config import RunConfig
@@ -26,6 +23,9 @@ from purlin_bench.hardware import Fingerprint
 from purlin_bench.planfile.model import KIND, SCHEMA_VERSION, ArtifactError, PlanArtifact, PlanEntry, SweepRef
 from purlin_bench.planfile.schema import plan_schema
 from purlin_bench.spec.loader import CollectiveSpec, builtin_spec_paths
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
 
 _TIMES = ("time_us", "default_time_us", "baseline_time_us")
 
@@ -109,6 +109,8 @@ def validate_plan_data(data: Any, source: str, spec: CollectiveSpec | None = Non
     if not isinstance(data, dict):
         raise fail("top level", f"expected an object, got {_json_type(data)}")
     _check_version_and_kind(data, fail)
+    from jsonschema.exceptions import best_match
+
     error = best_match(_validator().iter_errors(data))
     if error is not None:
         raise fail(*_explain(error))
@@ -173,7 +175,11 @@ def _numbers(value: Any, where: str) -> Iterator[tuple[str, float]]:
 
 
 @lru_cache(maxsize=1)
-def _validator() -> jsonschema.protocols.Validator:
+def _validator() -> Any:
+    # Imported here, not at the top: every `purlin` command imports this
+    # module, and jsonschema costs about 0.1 s that only reading a plan needs.
+    import jsonschema
+
     base = jsonschema.Draft202012Validator
     # JSON Schema counts 8.0 as an integer; a rank count or a byte size
     # written as a float is a broken file, not a number to round.
