@@ -26,9 +26,9 @@ from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.measurement import MeasurementService
+from purlin_bench.planfile import ArtifactError, PlanArtifact, PlanEntry, load_plan_file, plan_path
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec, resolve
-from purlin_bench.tune.artifact import ArtifactError, PlanArtifact, PlanEntry, load_plan_file, plan_path
 from purlin_bench.tune.effective import for_backend
 
 DEFAULT_RESULTS = "results"
@@ -139,7 +139,7 @@ def load_plan(
     collective when the plan is of a user's spec file, not a built-in one."""
     if _is_path(target):
         path = Path(target)
-        plan = load_plan_file(path)
+        plan = load_plan_file(path, spec)
         run_backend = backend or plan.backend
         here = _machine(backend or _natural_backend(), ranks or plan.ranks, gpus if gpus is not None else _plan_gpus(plan))
     else:
@@ -150,7 +150,7 @@ def load_plan(
         path = plan_path(results_dir, here.gpu_type, collective, here.layout, canonical_dtype)
         if not path.exists():
             raise ArtifactError(f"no tuned plan for {collective} {canonical_dtype} on {here.describe()}: {path} does not exist (run: purlin tune {collective} --dtype {canonical_dtype})")
-        plan = load_plan_file(path)
+        plan = load_plan_file(path, spec)
     _check_fits(plan, here, str(path), override)
     return TunedCollective(plan, spec or _spec_of(plan, str(path)), run_backend, str(path))
 

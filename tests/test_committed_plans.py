@@ -16,8 +16,8 @@ from purlin_bench.backends.numpy.executor import NumpyRunner
 from purlin_bench.planner import plan
 from purlin_bench.plans import load_plan
 from purlin_bench.spec import instantiate, load_builtin
+from purlin_bench.planfile import load_plan_file
 from purlin_bench.strategies import STRATEGIES
-from purlin_bench.tune.artifact import load_plan_file
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 PLANS = sorted(RESULTS.glob("*/*.json"))

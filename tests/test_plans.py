@@ -16,7 +16,7 @@ from purlin_bench.backends import detect
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.plans import TunedCollective, load_plan, plan_lookup
 from purlin_bench.spec import instantiate, load_builtin
-from purlin_bench.tune.artifact import ArtifactError, PlanArtifact, PlanEntry, SweepRef, plan_path, write_plan
+from purlin_bench.planfile import ArtifactError, PlanArtifact, PlanEntry, SweepRef, plan_path, write_plan
 from purlin_bench.tune.driver import Reporter, TuneRequest, run_tune
 from purlin_bench.tune.sweep import parse_sweep
 from purlin_bench.tune.tuner import TuneSettings

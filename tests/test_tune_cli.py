@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from purlin_bench.cli.main import run
-from purlin_bench.tune.artifact import load_plan_file
+from purlin_bench.planfile import load_plan_file
 from purlin_bench.tune.storage import open_storage
 from purlin_bench.tune.tuner import count_finished
 
@@ -130,7 +130,7 @@ def test_export_every_format(capsys, tmp_path, tiny):
     code, stdout, _ = purlin(capsys, "export", artifact, "--format", "csv")
     assert code == 0 and len(stdout.strip().splitlines()) == 2
     code, _, err = purlin(capsys, "export", artifact, "--format", "nccl-tuner", "-o", tmp_path / "nccl.conf")
-    assert_one_error_line(code, err, "NCCL cannot express")
+    assert_one_error_line(code, err, "unknown export format 'nccl-tuner' (known: json, csv, header)")
     assert not (tmp_path / "nccl.conf").exists()
 
 
@@ -190,7 +190,7 @@ def test_bad_artifacts_for_export(capsys, tmp_path):
     assert_one_error_line(*_code_err(purlin(capsys, "export", newer, "--format", "csv")), "schema version 99 is newer")
     missing = tmp_path / "missing.json"
     missing.write_text(json.dumps({"schema_version": 1, "kind": "purlin-plan"}))
-    assert_one_error_line(*_code_err(purlin(capsys, "export", missing, "--format", "csv")), "backend: missing field")
+    assert_one_error_line(*_code_err(purlin(capsys, "export", missing, "--format", "csv")), "missing.json: collective: missing field")
     assert_one_error_line(*_code_err(purlin(capsys, "export", missing, "--format", "yaml")), "unknown export format 'yaml'")
 
 

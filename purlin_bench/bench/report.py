@@ -5,14 +5,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import statistics
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
 from rich.table import Table
 
+from purlin_bench.atomic import write_text_atomic
 from purlin_bench.bench.measure import BenchRecord
 
 JSON_SCHEMA = 1
@@ -83,23 +82,9 @@ def json_row(r: BenchRecord) -> dict[str, Any]:
     return row
 
 
-def _atomic_write(path: str | Path, text: str) -> None:
-    """Write to a temp file beside ``path`` and rename: never a half-written result."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json(path: str | Path, records: Iterable[BenchRecord], environment: dict[str, Any], command: str) -> None:
     data = {"schema": JSON_SCHEMA, "command": command, "environment": environment, "results": [json_row(r) for r in records]}
-    _atomic_write(path, json.dumps(data, indent=1) + "\n")
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 CSV_FIELDS = ("collective", "size", "count", "type", "redop", "root", "strategy", "oop_time_us", "oop_algbw", "oop_busbw", "oop_nwrong", "ip_time_us", "ip_algbw", "ip_busbw", "ip_nwrong", "floor_us", "roofline_pct")
@@ -118,4 +103,4 @@ def write_csv(path: str | Path, records: Iterable[BenchRecord]) -> None:
         row += [r.floor_us if r.floor_us is not None else "", r.roofline_pct() if r.roofline_pct() is not None else ""]
         row += [r.baselines.get(b, "") for b in baselines] + [r.speedup(b) or "" for b in baselines]
         writer.writerow(row)
-    _atomic_write(path, out.getvalue())
+    write_text_atomic(path, out.getvalue())

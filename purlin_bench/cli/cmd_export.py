@@ -8,8 +8,9 @@ from typing import Optional
 
 import typer
 
+from purlin_bench.atomic import write_text_atomic
 from purlin_bench.export import formats, render, require_format
-from purlin_bench.tune.artifact import ArtifactError, load_plan_file, write_text_atomic
+from purlin_bench.planfile import load_plan_file
 
 ORDER = 60
 
@@ -18,18 +19,22 @@ def export(
     plan: Path = typer.Argument(..., help="a plan artifact (results/<gpu-type>/<collective>-<layout>-<dtype>.json)"),
     fmt: str = typer.Option(..., "--format", "-f", help=" | ".join(formats())),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="write here (atomically) instead of to stdout"),
+    spec: Optional[Path] = typer.Option(None, "--spec", help="the collective's spec .yaml, for a plan of your own collective"),
 ) -> None:
-    """Export a tuned plan: json (docs/plan.schema.json), csv, a C/C++ header, or NCCL tuner rules."""
+    """Export a tuned plan: json (docs/plan.schema.json), csv, or a C/C++ header."""
     require_format(fmt)
-    artifact = load_plan_file(plan)
+    collective = None
+    if spec is not None:
+        from purlin_bench.spec.loader import load_spec_file
+
+        collective = load_spec_file(spec)
+    # The same loader as purlin_bench.load_plan: both accept exactly the same files.
+    artifact = load_plan_file(plan, collective)
     text = render(artifact, fmt, str(plan))
     if output is None:
         sys.stdout.write(text)
         return
-    try:
-        write_text_atomic(output, text)
-    except OSError as exc:
-        raise ArtifactError(f"{output}: cannot write: {exc.strerror or exc}") from None
+    write_text_atomic(output, text)
 
 
 def register(app: typer.Typer) -> None:

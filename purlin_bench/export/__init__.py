@@ -8,14 +8,13 @@ from __future__ import annotations
 from importlib import import_module
 
 from purlin_bench.errors import PurlinError
-from purlin_bench.tune.artifact import PlanArtifact
+from purlin_bench.planfile import PlanArtifact
 
 # format -> module; imported when asked for.
 _FORMATS = {
     "json": "purlin_bench.export.json_format",
     "csv": "purlin_bench.export.csv_format",
     "header": "purlin_bench.export.header",
-    "nccl-tuner": "purlin_bench.export.nccl_tuner",
 }
 
 

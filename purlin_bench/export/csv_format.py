@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 
-from purlin_bench.tune.artifact import PlanArtifact
+from purlin_bench.planfile import PlanArtifact
 
 # Parameters with a column of their own; any other goes to other_params.
 PARAM_COLUMNS = ("slice_bytes", "channels", "blocks", "threads", "datapath", "unroll")

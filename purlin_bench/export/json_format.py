@@ -1,12 +1,12 @@
-"""JSON: the plan artifact itself, canonical. Its published JSON Schema is
-``docs/plan.schema.json`` (tests validate exports against it)."""
+"""JSON: the plan artifact itself, canonical, checked and written by the same
+code as the tuner's plan files (so an export always loads again). Its JSON
+Schema is ``docs/plan.schema.json``, generated from
+:func:`purlin_bench.planfile.plan_schema`."""
 
 from __future__ import annotations
 
-from purlin_bench.tune.artifact import PlanArtifact
-
-SCHEMA_PATH = "docs/plan.schema.json"
+from purlin_bench.planfile import PlanArtifact, plan_text
 
 
 def render(plan: PlanArtifact, source: str) -> str:
-    return plan.to_json()
+    return plan_text(plan, source)

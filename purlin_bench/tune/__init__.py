@@ -10,8 +10,8 @@ One idea per module:
 * ``storage``: study storage from a URL (SQLite by default, any RDB);
 * ``measure``: check/measure through the measurement service;
 * ``finals``: the finalists and the default side by side, and the guard;
-* ``artifact``: plan artifacts in ``results/``, atomic and validated;
-* ``driver``: from a request to studies and artifacts (the CLI's engine).
+* ``driver``: from a request to studies and plan files (the CLI's engine),
+  written and read through :mod:`purlin_bench.planfile`.
 
 Nothing here imports Optuna at module import; it loads when a study runs.
 """

@@ -3,7 +3,7 @@ sweep, dtypes, rank layouts, backend, storage) to studies and plan artifacts.
 
 For every rank layout, collective and dtype, one study per size bucket
 (tune.tuner.run_study) with the measurement service's check and measure
-(tune.measure); the winners become one plan artifact (tune.artifact), written
+(tune.measure); the winners become one plan file (purlin_bench.planfile), written
 atomically once all of its buckets are done. Studies are named by what they
 measure, so rerunning the same request with the same storage resumes them:
 
@@ -24,9 +24,9 @@ from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.measurement import MeasurementService
+from purlin_bench.planfile import PlanArtifact, PlanEntry, SweepRef, load_plan_file, plan_path, write_plan
 from purlin_bench.planner import applicable
 from purlin_bench.spec.loader import CollectiveSpec
-from purlin_bench.tune.artifact import PlanArtifact, PlanEntry, SweepRef, load_plan_file, plan_path, write_plan
 from purlin_bench.tune.effective import effective_config
 from purlin_bench.tune.finals import pick
 from purlin_bench.tune.measure import ServiceBench
@@ -116,7 +116,7 @@ def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter
     variants = bench.warm_up()
     if variants:
         reporter.note(f"{job.spec.name} {job.dtype}: {variants} kernel variants ready in {time.monotonic() - started:.1f} s, before the studies' clocks start")
-    tuning = _JobTuning(request, job, fp, bench, _previous_entries(path, reporter), storage, reporter)
+    tuning = _JobTuning(request, job, fp, bench, _previous_entries(path, job.spec, reporter), storage, reporter)
     results = tuple(tuning.bucket(b) for b in request.sweep.buckets)
     entries = tuple(r.entry for r in results if r.entry is not None)
     if not entries:
@@ -134,7 +134,7 @@ def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter
         entries=entries,
     )
     # Written once every bucket is done: an interrupted tune leaves the old plan whole.
-    write_plan(artifact, path)
+    write_plan(artifact, path, job.spec)
     return JobResult(job, path, results)
 
 
@@ -198,13 +198,13 @@ class _JobTuning:
         return BucketResult(job, self.fp.layout, bucket, outcome, entry)
 
 
-def _previous_entries(path: Path, reporter: Reporter) -> dict[int, RunConfig]:
+def _previous_entries(path: Path, spec: CollectiveSpec, reporter: Reporter) -> dict[int, RunConfig]:
     """The previous plan's winners by bucket, to enqueue; an unreadable
     previous plan is noted and replaced, not fatal."""
     if not path.exists():
         return {}
     try:
-        plan = load_plan_file(path)
+        plan = load_plan_file(path, spec)
     except PurlinError as exc:
         reporter.note(f"ignoring the previous plan: {exc}")
         return {}
