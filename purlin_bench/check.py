@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from purlin_bench.backends.port import run_once
 from purlin_bench.dtypes import count_wrong, random_inputs, reduction_tolerance, resolve_dtype
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
@@ -54,7 +53,9 @@ def check_program(inst: Instance, program: Program, runner: Any, seed: int = 0, 
     worst = CheckResult(0, 0)
     for _ in range(calls):
         inputs = random_inputs(rng, program.in_counts, dtype, program.redop)
-        outputs = run_once(runner, inputs)
+        runner.load(inputs, 0)  # the backend port's Runner, duck-typed: this layer is below it
+        runner.run(0)
+        outputs = runner.outputs(0)
         result = compare(inst, program, inputs, outputs)
         if result.wrong >= worst.wrong:
             worst = result

@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env tests survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -40,6 +40,9 @@ step_latency() {  # small sizes: defaults and copy-engine variants beside empty 
 }
 step_kernel-ab() {  # Atom kernel variants at small sizes, in one process, timed taking turns (scripts/kernel_ab.py)
   timeout ${KERNEL_AB_LIMIT:-200} python3 scripts/kernel_ab.py ${KERNEL_AB_SETS:---set latency-defaults} ${KERNEL_AB_ARGS:-} --json "$OUT/kernel-ab.json" 2>&1 | tee "$OUT/kernel-ab.log"
+}
+step_bench-vs-trial() {  # issue 13: a bench row and a tune trial of the same configuration and size, in one process
+  timeout ${BVT_LIMIT:-150} python3 scripts/bench_vs_trial.py --rounds ${BVT_ROUNDS:-5} --json "$OUT/bench-vs-trial.json" 2>&1 | tee "$OUT/bench-vs-trial.log"
 }
 step_check-small() {  # every reduction and dtype at counts that take the scalar and the one-vector paths
   for c in all-reduce reduce-scatter reduce; do

@@ -8,7 +8,7 @@ from a deterministic model of a device clock (launch cost, per-step cost,
 bandwidth that grows with blocks), optionally drifting from batch to batch
 as a shared GPU's clock does. Faults can be planted (``FakeDevice``): a
 configuration that gives wrong outputs, one the device refuses, one that
-fails when timed. So bench, tune, the guard and plan-vs-default run their
+fails when timed, one that is fast. So bench, tune, the guard and plan-vs-default run their
 device paths in CI, with no GPU.
 """
 
@@ -51,7 +51,7 @@ class FakeDevice:
     refuse_when: Mapping[str, Any] | None = None  # prepare raises, as a launch that does not fit
     fail_timing_when: Mapping[str, Any] | None = None  # raises when timed (a watchdog mid-batch)
     drift: float = 0.0  # each batch this fraction slower than the last
-    slow_when: Mapping[str, Any] | None = None  # 3x slower (a configuration that only looks good once)
+    fast_when: Mapping[str, Any] | None = None  # 10x faster: with wrong_when, a fast wrong configuration
 
 
 class FakeRunner:
@@ -113,10 +113,13 @@ class FakeBackend(Backend):
     default_bench_max = "64K"
     default_tune_max = "64K"
     trial_policy = TimingPolicy(iters=2, warmup=1, reps=3)
+    # The device new instances get when none is given: the CLI makes
+    # backends by name, so a test plants faults here (with monkeypatch).
+    default_device = FakeDevice()
 
-    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, device: FakeDevice = FakeDevice()):
+    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, device: FakeDevice | None = None):
         super().__init__(ranks, gpus, seed)
-        self.device = device
+        self.device = device or self.default_device
         self.batches = 0  # batches timed so far: the drift's clock
 
     @classmethod
@@ -148,8 +151,8 @@ class FakeBackend(Backend):
         moved = (sum(program.in_counts) + sum(program.out_counts)) * np.dtype(np.float32).itemsize
         bandwidth = 50e3 * min(blocks, 8) * (1.1 if params.get("datapath") == "ce" else 1.0)  # bytes per us
         cost = 1.5 + 0.05 * blocks + 0.3 * steps + moved / bandwidth
-        if _matches(self.device.slow_when or {}, program, dict(params)):
-            cost *= 3
+        if _matches(self.device.fast_when or {}, program, dict(params)):
+            cost /= 10
         return cost
 
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> FakeRunner:
