@@ -73,7 +73,7 @@ SETS = {
         for c, st in (("all-reduce", "two-shot"), ("all-gather", "push:unroll=4"), ("reduce-scatter", "direct"), ("all-to-all", "push:channels=8,unroll=4"))
         for x in ("", ",datapath=ce" if ":" in st else ":datapath=ce")
     ],
-    # Latency of the defaults alone, for kernel variants (run with --define).
+    # Latency of the defaults alone, for kernel variants (run with --no-short-reduce, --no-shared-bases, or kernel_ab.py).
     "latency-defaults": [
         f"{c}:{d}:16,1K,4K,64K,1M:{st}"
         for c, st in (("all-reduce", "two-shot"), ("reduce-scatter", "direct"), ("reduce", "two-shot"), ("all-gather", "push:unroll=4"), ("all-to-all", "push:channels=8,unroll=4"))
@@ -137,18 +137,17 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--ld-hint", default="")
-    ap.add_argument("--define", action="append", default=[], metavar="NAME=VALUE", help="compile the Atom kernel with -DNAME=VALUE")
+    ap.add_argument("--no-short-reduce", action="store_true", help="build the Atom kernel without its small-reduction path")
+    ap.add_argument("--no-shared-bases", action="store_true", help="build the Atom kernel with slice bases read from global memory")
     ap.add_argument("--auto-block-bytes", type=int, default=0, help="bytes per block of the automatic block count")
     ap.add_argument("--launch-floor", action="store_true", help="also time empty kernels from a graph (the small-size floor)")
     ap.add_argument("--json")
     args = ap.parse_args()
-    extra = [f'-DPURLIN_LD_HINT="{args.ld_hint}"'] if args.ld_hint else []
-    extra += [f"-D{d}" for d in args.define]
-    settings = KernelSettings(defines=tuple(extra), **({"auto_block_bytes": args.auto_block_bytes} if args.auto_block_bytes else {}))
+    settings = KernelSettings(ld_hint=args.ld_hint, short_reduce=not args.no_short_reduce, shared_bases=not args.no_shared_bases, **({"auto_block_bytes": args.auto_block_bytes} if args.auto_block_bytes else {}))
     cases = [parse_case(c) for s in args.set for c in SETS[s]] + [parse_case(c) for c in args.case]
     backend = CupyBackend(args.ranks, settings=settings)
     bandwidth = backend.copy_bandwidth()
-    print(f"# copy bandwidth {bandwidth.bytes_per_s / 1e12:.3f} TB/s; ld hint '{args.ld_hint}'; defines {args.define}; auto block bytes {args.auto_block_bytes or 'default'}", flush=True)
+    print(f"# copy bandwidth {bandwidth.bytes_per_s / 1e12:.3f} TB/s; ld hint '{args.ld_hint}'; settings {settings}; auto block bytes {args.auto_block_bytes or 'default'}", flush=True)
     if args.launch_floor:
         for what, us in launch_floor(args.iters, args.reps).items():
             print(f"# {what}: {us:.2f} us per call (graph replay)", flush=True)
@@ -168,7 +167,7 @@ def main() -> int:
             cupy = rec.baselines.get("cupy")
             pct = rec.roofline_pct()
             print(f"{name:15} {dtype:9} {size:>11} {config.text():50} {rec.out_of_place.time_us:10.2f} {cupy or 0:10.2f} {rec.speedup('cupy') or 0:7.2f} {pct or 0:7.1f} {rec.out_of_place.nwrong:5}  ({time.time() - t0:.1f} s)", flush=True)
-            rows.append({**rec.to_dict(), "ld_hint": args.ld_hint, "defines": args.define, "auto_block_bytes": args.auto_block_bytes})
+            rows.append({**rec.to_dict(), "settings": repr(settings)})
             if args.json:
                 with open(args.json, "w") as fh:
                     json.dump(rows, fh, indent=1)

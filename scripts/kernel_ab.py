@@ -29,14 +29,14 @@ from purlin_bench.errors import ExecutionError  # noqa: E402
 from purlin_bench.measurement import MeasurementService  # noqa: E402
 from purlin_bench.spec import load_builtin  # noqa: E402
 
-# name: the Atom datapath's experiment switches (extra nvrtc defines, the
-# copy-only build for copy-only programs, blocks capped at the data's need)
+# name: the Atom datapath's experiment switches (atoms/snac.cu's small-message
+# paths, the copy-only build for copy-only programs, blocks capped at the data's need)
 VARIANTS = {
-    "before": KernelSettings(defines=("-DPURLIN_SHORT_REDUCE=0", "-DPURLIN_SHARED_BASES=0", "-DSHORT_BATCH=1"), copy_only_build=False, cap_blocks=False),
+    "before": KernelSettings(short_reduce=False, shared_bases=False, short_batch=1, copy_only_build=False, cap_blocks=False),
     "now": KernelSettings(),
     "now-full-copies": KernelSettings(copy_only_build=False),
-    "now-no-shared-bases": KernelSettings(defines=("-DPURLIN_SHARED_BASES=0",)),
-    "now-no-short": KernelSettings(defines=("-DPURLIN_SHORT_REDUCE=0", "-DSHORT_BATCH=1")),
+    "now-no-shared-bases": KernelSettings(shared_bases=False),
+    "now-no-short": KernelSettings(short_reduce=False, short_batch=1),
     "now-uncapped-blocks": KernelSettings(cap_blocks=False),
 }
 

@@ -22,3 +22,19 @@ def test_every_unroll_block_size_and_build_on_every_device(monkeypatch, devices,
     assert {a[2] for a in built} == {1, 2, 4} and {a[3] for a in built} == {128, 256, 512}
     assert {a[4] for a in built} == set(devices) and {a[5] for a in built} == {sys_scope}
     assert {a[6] for a in built} == {False, True} and {a[7] for a in built} == {()}
+
+
+def test_kernel_settings_become_the_builds_defines(monkeypatch):
+    from purlin_bench.backends.cupy.executor import KernelSettings
+
+    assert KernelSettings().defines() == ()
+    assert KernelSettings(ld_hint=".L2::256B", short_reduce=False, shared_bases=False, short_batch=1).defines() == (
+        '-DPURLIN_LD_HINT=".L2::256B"', "-DPURLIN_SHORT_REDUCE=0", "-DPURLIN_SHARED_BASES=0", "-DSHORT_BATCH=1",
+    )
+    # the warm-up builds the variants a backend with those settings runs
+    built = []
+    backend = CupyBackend(2, settings=KernelSettings(shared_bases=False))
+    backend._world = SimpleNamespace(devices=(0, 0))
+    monkeypatch.setattr(atoms, "snac_kernel", lambda *args: built.append(args))
+    backend.warm_up("float32", "sum")
+    assert {a[7] for a in built} == {("-DPURLIN_SHARED_BASES=0",)}

@@ -115,7 +115,7 @@ class CupyBackend(Backend):
             for unroll in choices["unroll"]:
                 for block in choices["threads"]:
                     for copy_only in (False, True):
-                        snac_kernel(dtype, redop or "sum", unroll, block, device, sys_scope, copy_only, self.settings.defines)
+                        snac_kernel(dtype, redop or "sum", unroll, block, device, sys_scope, copy_only, self.settings.defines())
                         built += 1
         return built
 

@@ -23,7 +23,7 @@ def source_text() -> str:
 
 
 def compile_options(dtype: str, redop: str, unroll: int, max_threads: int, sys_scope: bool = True, copy_only: bool = False, defines: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """nvrtc options of one variant; ``defines`` (KernelSettings.defines)
+    """nvrtc options of one variant; ``defines`` (KernelSettings.defines())
     come last, so an experiment may override a switch's default."""
     return (
         "-std=c++17",

@@ -43,12 +43,26 @@ class KernelSettings:
     # 8 KiB (about one pass of a 512-thread block) gave 15 us, with no change at
     # 4-64 KiB (docs/perf/survey/survey-mid.log).
     auto_block_bytes: int = 8 * 1024
-    # Extra nvrtc options for atoms/snac.cu, e.g. ("-DPURLIN_SHARED_BASES=0",).
-    defines: tuple[str, ...] = ()
     # Programs that never reduce run a build without the reduce code.
     copy_only_build: bool = True
     # A requested block count is a ceiling at what the data can use.
     cap_blocks: bool = True
+    # The switches of atoms/snac.cu (see its comments): a qualifier for
+    # vector loads (e.g. ".L2::256B"), the small-reduction path, slice bases
+    # in shared memory, and how many sources a small reduction loads per
+    # round (None: the kernel's own choice per dtype).
+    ld_hint: str = ""
+    short_reduce: bool = True
+    shared_bases: bool = True
+    short_batch: int | None = None
+
+    def defines(self) -> tuple[str, ...]:
+        """The nvrtc options these settings add to a variant's build."""
+        out = [f'-DPURLIN_LD_HINT="{self.ld_hint}"'] if self.ld_hint else []
+        out += [] if self.short_reduce else ["-DPURLIN_SHORT_REDUCE=0"]
+        out += [] if self.shared_bases else ["-DPURLIN_SHARED_BASES=0"]
+        out += [] if self.short_batch is None else [f"-DSHORT_BATCH={self.short_batch}"]
+        return tuple(out)
 
 
 PARAMS = (
@@ -146,7 +160,7 @@ class CupyRunner:
     # -- setup ---------------------------------------------------------------
     def kernel(self, device: int):
         sys_scope = len(set(self.world.devices)) > 1
-        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, sys_scope, self.copy_only, self.settings.defines)
+        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, sys_scope, self.copy_only, self.settings.defines())
 
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
         biggest = 0
