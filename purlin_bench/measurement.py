@@ -138,7 +138,7 @@ class MeasurementService:
         if key in self._prepared:
             self._prepared.move_to_end(key)
             return self._prepared[key]
-        self._make_room(program)
+        self._make_room(program, inst)
         with self.backend.guard():
             sets = rotation_sets(program)
             runner = self.backend.prepare(program, sets, **dict(config.exec_params))
@@ -153,9 +153,14 @@ class MeasurementService:
         self._prepared[key] = prepared = Prepared(inst, config, program, runner, reference, nwrong)
         return prepared
 
-    def _make_room(self, program: Program) -> None:
-        big = _set_bytes(program) * rotation_sets(program) >= _ALONE_BYTES
-        while self._prepared and (big or len(self._prepared) >= _KEPT):
+    def _make_room(self, program: Program, inst: Instance) -> None:
+        """Let go of the oldest prepared configurations, and of every one of
+        another size when this one is big. Those of this instance stay: a
+        comparison prepares all its candidates before it times them."""
+        if _set_bytes(program) * rotation_sets(program) >= _ALONE_BYTES:
+            for key in [k for k, p in self._prepared.items() if p.inst != inst]:
+                self._prepared.pop(key).runner.close()
+        while len(self._prepared) >= _KEPT:
             _, old = self._prepared.popitem(last=False)
             old.runner.close()
 

@@ -136,3 +136,15 @@ def test_fake_device_bad_parameters_are_refused_like_a_real_one():
         s.prepare(inst, RunConfig.make("direct", {}, {"unroll": 4}), "float32")
     with pytest.raises(PlanError, match="blocks must be in"):
         s.prepare(inst, RunConfig.make("direct", {}, {"blocks": 99}), "float32")
+
+
+def test_a_comparison_of_big_configurations_keeps_every_one_it_times():
+    """Preparing a big configuration lets go of those of other sizes, never
+    of the ones the same comparison just prepared (it timed a closed runner)."""
+    s = service()
+    small = instantiate(load_builtin("all-reduce"), 4, 1024, 4)
+    big = instantiate(load_builtin("all-reduce"), 4, 1 << 20, 4)  # 32 MiB a buffer set, 8 sets
+    s.prepare(small, RunConfig.make("direct"), "float32")
+    compared = s.compare(big, {"a": RunConfig.make("ring"), "b": RunConfig.make("two-shot"), "c": RunConfig.make("direct")}, "float32", policy=TimingPolicy(1, 0, 1))
+    assert set(compared.times) == {"a", "b", "c"} and all(t.median_us > 0 for t in compared.times.values())
+    assert all(p.inst == big for p in s._prepared.values())

@@ -61,6 +61,7 @@ class FakeRunner:
         self._cpu = NumpyRunner(program, backend.seed, sets)
         self.cost_us = backend.cost_us(program, params)
         self.fail = _matches(self.device.fail_timing_when or {}, program, params)
+        self.closed = False
 
     def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
         self._cpu.load(inputs, slot)
@@ -77,9 +78,12 @@ class FakeRunner:
         return outs
 
     def candidate(self) -> "Clocked":
+        if self.closed:
+            raise ExecutionError("the fake device was asked to time a closed runner")
         return Clocked(self.cost_us, self.fail)
 
     def close(self) -> None:
+        self.closed = True
         self._cpu.close()
 
 
