@@ -37,10 +37,12 @@ from purlin_bench.timing import Timing
 # L2 from the last (the H200 has 60 MB of L2); big messages need no rotation.
 ROTATE_BYTES = 256 << 20
 MAX_SETS = 8
-# Prepared configurations kept: a tune bucket has up to three probe sizes,
-# each with a trial and the default; a bench row a configuration, the
-# default and an in-place form.
-_KEPT = 6
+# Prepared configurations kept: the tune's finals time up to four
+# configurations at each of up to three probe sizes, round after round; a
+# bench row a configuration, the default and an in-place form. (At 6 the
+# finals prepared every configuration again each round, and tunes of the
+# H200 plans ran past their time limits.)
+_KEPT = 12
 # A configuration whose buffer sets hold this much gets the cache to itself:
 # the world's buffers and the reference's outputs are the device's memory.
 _ALONE_BYTES = 256 << 20
