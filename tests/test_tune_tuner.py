@@ -273,6 +273,22 @@ def test_a_trial_recorded_invalid_before_its_worker_died_counts_and_is_not_retri
     assert not _retries_of(trials, number) and len(fakes.checked) == 2
 
 
+def test_ctrl_c_mid_trial_queues_its_configuration_again(storage):
+    fakes = Fakes()
+
+    def interrupted(config, bucket):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(spec(), interrupted, fakes.check, storage, TuneSettings(trials=3, sampler="bruteforce", seed=0))
+    cut, queued = sorted(trials_of(storage), key=lambda t: t.number)
+    assert cut.state == optuna.trial.TrialState.FAIL and ATTR_FAILURE not in cut.user_attrs
+    assert queued.state == optuna.trial.TrialState.WAITING and queued.params == cut.params
+    out = run_study(spec(), fakes.measure, fakes.check, storage, TuneSettings(trials=3, sampler="bruteforce", seed=0))
+    (retry,) = _retries_of(trials_of(storage), cut.number)
+    assert out.finished == 3 and retry.params == cut.params and retry.state == optuna.trial.TrialState.COMPLETE
+
+
 def test_the_last_slot_goes_to_one_of_two_workers_starting_together(storage):
     """Two workers start at once with one slot left. Both pass a barrier in
     measure only if both got to run: checked at the trial's end (as

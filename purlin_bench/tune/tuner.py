@@ -292,18 +292,14 @@ class _Objective:
         """Whether this trial may run: the finished trials, the RUNNING trials
         numbered below it and the queued ones leave a slot of the budget.
 
-        Optuna's MaxTrialsCallback cannot do this. It counts by state, and a
-        FAIL counts here only with a recorded reason (an interrupted one does
-        not); and it looks after a trial finishes, so a worker that finishes
-        at the last slot but one starts another while a second worker's trial
-        fills it: one over. Measured with two workers, a budget of 16 and
-        trials of 0.1 s, only that check ended with 17 in 5 of 6 studies on
-        PostgreSQL and 3 of 4 on SQLite; this check, 16 in all. So we check at
-        the start. Trial numbers are handed out one at a time under a lock on
-        the study (RDBStorage) and a trial is RUNNING before it gets here, so
-        the highest-numbered of any N+1 trials would see the other N: never
-        more than the budget. The lowest-numbered RUNNING trial is held up by
-        no other RUNNING trial, so of trials starting together one goes ahead."""
+        MaxTrialsCallback cannot: it counts by state (a FAIL counts here only
+        with a reason), and after a trial, so a worker finishing the last slot
+        but one starts another while a second worker fills it. With two
+        workers, a budget of 16 and 0.1 s trials, that check ended with 17 in
+        5 of 6 studies on PostgreSQL, 3 of 4 on SQLite; this one with 16 in
+        all. RDBStorage numbers trials under a lock on the study, and a trial
+        is RUNNING before it gets here, so the highest-numbered of any N+1
+        sees the other N; the lowest-numbered RUNNING one is held up by none."""
         from optuna.trial import TrialState
 
         trials = trial.study.get_trials(deepcopy=False)
