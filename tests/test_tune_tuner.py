@@ -313,8 +313,9 @@ def test_the_last_slot_goes_to_one_of_two_workers_starting_together(storage):
     assert barrier.broken  # the one that ran waited for a second that never came
 
 
-def _process_worker(url: str, seed: int, trials: int) -> None:
-    fakes = Fakes(delay_s=0.01)
+def _process_worker(url: str, seed: int, trials: int, start) -> None:
+    fakes = Fakes(delay_s=0.02)
+    start.wait(60)  # both imported: a slow start would leave the study to the other
     run_study(spec(normalize=partial(effective_config, exec_params=None)), fakes.measure, fakes.check, url, TuneSettings(trials=trials, sampler="random", seed=seed, poll_s=0.02))
 
 
@@ -324,7 +325,8 @@ def test_two_processes_on_one_sqlite_file_finish_exactly_the_asked_trials(tmp_pa
     for n in (7, 12):  # two budgets, each a fresh study, so the ends fall differently
         url = f"sqlite:///{tmp_path / f'tune-{n}.db'}"
         open_storage(url)  # the tables, made before the two start, so they do not race to create them
-        workers = [context.Process(target=_process_worker, args=(url, seed, n)) for seed in (1, 2)]
+        start = context.Barrier(2)
+        workers = [context.Process(target=_process_worker, args=(url, seed, n, start)) for seed in (1, 2)]
         for w in workers:
             w.start()
         for w in workers:
