@@ -37,10 +37,16 @@ def trials(db: Path) -> list[dict]:
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as con:
         rows = con.execute("SELECT trial_id, number, state FROM trials ORDER BY number").fetchall()
         attrs = con.execute("SELECT trial_id, key, value_json FROM trial_user_attributes").fetchall()
+        system = con.execute("SELECT trial_id, key, value_json FROM trial_system_attributes").fetchall()
+        params = con.execute("SELECT trial_id, param_name, param_value FROM trial_params").fetchall()
         values = dict(con.execute("SELECT trial_id, value FROM trial_values").fetchall())
-    by_id = {tid: {"number": n, "state": state, "value": values.get(tid), "attrs": {}} for tid, n, state in rows}
+    by_id = {tid: {"number": n, "state": state, "value": values.get(tid), "attrs": {}, "system": {}, "params": {}} for tid, n, state in rows}
     for tid, key, value in attrs:
         by_id[tid]["attrs"][key] = json.loads(value)
+    for tid, key, value in system:
+        by_id[tid]["system"][key] = json.loads(value)
+    for tid, name, value in params:
+        by_id[tid]["params"][name] = value
     return sorted(by_id.values(), key=lambda t: t["number"])
 
 
@@ -95,9 +101,10 @@ def test_sigkill_mid_study_then_resume(tmp_path):
     for number, value in done_before.items():  # nothing completed was lost or redone
         assert done_after[number] == value
     by_number = {t["number"]: t for t in after}
-    for number in killed:  # the trial cut short is marked, and not counted
-        if "worker" in by_number[number]["attrs"]:
-            assert by_number[number]["state"] == "FAIL" and by_number[number]["attrs"].get("interrupted") is True
-    assert not [t for t in after if t["state"] == "RUNNING" and t["attrs"].get("claimed")]
+    for number in killed:  # the trial cut short failed with no reason (not counted), then ran again as it was
+        assert by_number[number]["state"] == "FAIL" and "failure" not in by_number[number]["attrs"]
+        retries = [t for t in after if t["system"].get("failed_trial") == number]
+        assert len(retries) == 1 and retries[0] in counted(after) and retries[0]["params"] == by_number[number]["params"]
+    assert not [t for t in after if t["state"] in ("RUNNING", "WAITING")]
     plan = load_plan_file(out / "cpu" / "all-reduce-4vr-float32.json")
     assert plan.entries[0].trials == TRIALS

@@ -6,9 +6,7 @@ re-measured, invalid configurations are data, and the trial count is exact."""
 from __future__ import annotations
 
 import math
-import socket
-import subprocess
-import sys
+import multiprocessing
 import threading
 import time
 from functools import partial
@@ -20,8 +18,9 @@ from purlin_bench.check import CheckResult
 from purlin_bench.config import RunConfig
 from purlin_bench.errors import ExecutionError, PlanError, PurlinError
 from purlin_bench.tune.effective import effective_config
+from purlin_bench.tune.storage import open_storage
 from purlin_bench.tune.sweep import Bucket, parse_sweep
-from purlin_bench.tune.tuner import ATTR_CONFIG, ATTR_DUPLICATE, ATTR_FAILURE, ATTR_INTERRUPTED, ATTR_ROLE, StudySpec, TuneSettings, confirm_winner, count_finished, run_study
+from purlin_bench.tune.tuner import ATTR_CONFIG, ATTR_DUPLICATE, ATTR_FAILURE, ATTR_FIXED, ATTR_ROLE, ATTR_WORKER, StudySpec, TuneSettings, confirm_winner, count_finished, run_study
 
 SPACE = parse_sweep(
     {
@@ -209,26 +208,135 @@ def test_trials_is_a_total_across_restarts(tmp_path):
     assert out.ran == 0 and not done.checked
 
 
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
-def test_trials_of_dead_workers_are_interrupted_and_rerun(storage):
+def _orphan(storage, role=None):
+    """A RUNNING trial as a worker killed mid-trial leaves it: parameters
+    sampled, one heartbeat recorded, then silence."""
     study = optuna.create_study(study_name="s", storage=storage)
     orphan = study.ask()
     orphan.suggest_categorical("strategy", SPACE.strategies)
-    orphan.set_user_attr("worker", {"host": socket.gethostname(), "pid": _dead_pid(), "start": None})
-    orphan.set_user_attr("claimed", True)
+    if role is not None:
+        orphan.set_user_attr(ATTR_ROLE, role)
+        orphan.set_user_attr(ATTR_FIXED, RunConfig.make("ring", {"channels": 2}).to_dict())
+    orphan.set_user_attr(ATTR_CONFIG, NUMPY_LIKE(RunConfig.make("direct", {"channels": 1})).to_dict())  # what the dead run recorded
+    storage.record_heartbeat(orphan._trial_id)
+    return orphan.number
+
+
+def _retries_of(trials, number):
+    return [t for t in trials if optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(t) == number]
+
+
+def test_a_stale_trial_is_failed_uncounted_and_retried_with_its_parameters(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path / 'tune.db'}", heartbeat_s=1, grace_s=1)
+    number = _orphan(storage, role="previous")
+    time.sleep(2.1)  # its heartbeat is older than the grace when the study starts
     fakes = Fakes()
     out = run_study(spec(), fakes.measure, fakes.check, storage, TuneSettings(trials=4, seed=0))
     assert out.finished == 4
-    dead = trials_of(storage)[orphan.number]
-    assert dead.state == optuna.trial.TrialState.FAIL and dead.user_attrs[ATTR_INTERRUPTED] is True
-    assert ATTR_FAILURE not in dead.user_attrs  # so it is not counted
-    rerun = trials_of(storage)[orphan.number + 1]  # its configuration was enqueued again
-    assert rerun.params["strategy"] == dead.params["strategy"] and rerun.state == optuna.trial.TrialState.COMPLETE
+    trials = trials_of(storage)
+    dead = trials[number]
+    assert dead.state == optuna.trial.TrialState.FAIL and ATTR_FAILURE not in dead.user_attrs  # so it is not counted
+    (retry,) = _retries_of(trials, number)
+    assert retry.state == optuna.trial.TrialState.COMPLETE and retry.params["strategy"] == dead.params["strategy"]
+    # It ran as what it was (the previous winner, verbatim), not as what the dead run recorded.
+    assert retry.user_attrs[ATTR_ROLE] == "previous" and retry.user_attrs[ATTR_CONFIG]["strategy"] == "ring"
+    assert fakes.measured[0] == NUMPY_LIKE(RunConfig.make("ring", {"channels": 2}))
+
+
+def test_the_last_slot_waits_for_a_dead_trial_and_runs_its_retry(tmp_path):
+    """A rerun right after a kill: the killed trial is not stale yet and holds
+    the last slot. The rerun neither counts it nor stops short: it waits
+    until the heartbeat goes stale, then runs the retry."""
+    storage = open_storage(f"sqlite:///{tmp_path / 'tune.db'}", heartbeat_s=1, grace_s=2)
+    number = _orphan(storage)
+    fakes = Fakes()
+    start = time.monotonic()
+    out = run_study(spec(), fakes.measure, fakes.check, storage, TuneSettings(trials=3, sampler="random", seed=0, poll_s=0.1))
+    assert time.monotonic() - start > 2  # it did wait for the grace
+    trials = trials_of(storage)
+    assert out.finished == 3 and count_finished(trials) == 3
+    (retry,) = _retries_of(trials, number)
+    assert retry.state == optuna.trial.TrialState.COMPLETE and retry.params["strategy"] == trials[number].params["strategy"]
+    assert not [t for t in trials if t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)]
+
+
+def test_a_trial_recorded_invalid_before_its_worker_died_counts_and_is_not_retried(tmp_path):
+    storage = open_storage(f"sqlite:///{tmp_path / 'tune.db'}", heartbeat_s=1, grace_s=1)
+    number = _orphan(storage)
+    study = optuna.load_study(study_name="s", storage=storage)
+    storage.set_trial_user_attr(storage.get_trial_id_from_study_id_trial_number(study._study_id, number), ATTR_FAILURE, "launch refused")
+    time.sleep(2.1)
+    fakes = Fakes()
+    run_study(spec(), fakes.measure, fakes.check, storage, TuneSettings(trials=3, seed=0))
+    trials = trials_of(storage)
+    assert count_finished(trials) == 3 and trials[number].state == optuna.trial.TrialState.FAIL
+    assert not _retries_of(trials, number) and len(fakes.checked) == 2
+
+
+def test_ctrl_c_mid_trial_queues_its_configuration_again(storage):
+    fakes = Fakes()
+
+    def interrupted(config, bucket):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_study(spec(), interrupted, fakes.check, storage, TuneSettings(trials=3, sampler="bruteforce", seed=0))
+    cut, queued = sorted(trials_of(storage), key=lambda t: t.number)
+    assert cut.state == optuna.trial.TrialState.FAIL and ATTR_FAILURE not in cut.user_attrs
+    assert queued.state == optuna.trial.TrialState.WAITING and queued.params == cut.params
+    out = run_study(spec(), fakes.measure, fakes.check, storage, TuneSettings(trials=3, sampler="bruteforce", seed=0))
+    (retry,) = _retries_of(trials_of(storage), cut.number)
+    assert out.finished == 3 and retry.params == cut.params and retry.state == optuna.trial.TrialState.COMPLETE
+
+
+def test_the_last_slot_goes_to_one_of_two_workers_starting_together(storage):
+    """Two workers start at once with one slot left. Both pass a barrier in
+    measure only if both got to run: checked at the trial's end (as
+    MaxTrialsCallback does), both would, and the study would end with 2."""
+    barrier = threading.Barrier(2, timeout=1.0)
+
+    def measure(config, bucket):
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            pass
+        return 1.0
+
+    outcomes = []
+    threads = [threading.Thread(target=lambda s=s: outcomes.append(run_study(spec(), measure, Fakes().check, storage, TuneSettings(trials=1, sampler="random", seed=s, poll_s=0.02)))) for s in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    trials = trials_of(storage)
+    assert count_finished(trials) == 1 and sum(o.ran for o in outcomes) == 1
+    assert barrier.broken  # the one that ran waited for a second that never came
+
+
+def _process_worker(url: str, seed: int, trials: int, start) -> None:
+    fakes = Fakes(delay_s=0.02)
+    start.wait(60)  # both imported: a slow start would leave the study to the other
+    run_study(spec(normalize=partial(effective_config, exec_params=None)), fakes.measure, fakes.check, url, TuneSettings(trials=trials, sampler="random", seed=seed, poll_s=0.02))
+
+
+@pytest.mark.timeout(120)
+def test_two_processes_on_one_sqlite_file_finish_exactly_the_asked_trials(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    for n in (7, 12):  # two budgets, each a fresh study, so the ends fall differently
+        url = f"sqlite:///{tmp_path / f'tune-{n}.db'}"
+        open_storage(url)  # the tables, made before the two start, so they do not race to create them
+        start = context.Barrier(2)
+        workers = [context.Process(target=_process_worker, args=(url, seed, n, start)) for seed in (1, 2)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+            assert w.exitcode == 0
+        trials = trials_of(open_storage(url))
+        states = [t.state.name for t in trials]
+        assert count_finished(trials) == n, states
+        assert "RUNNING" not in states and "WAITING" not in states and states.count("PRUNED") <= 2
+        assert len({t.user_attrs[ATTR_WORKER]["pid"] for t in trials if ATTR_WORKER in t.user_attrs}) == 2
 
 
 def test_concurrent_workers_finish_exactly_the_asked_trials(storage):

@@ -6,7 +6,6 @@ One idea per module:
 * ``space``: the define-by-run space with its conditions;
 * ``effective``: the configuration a backend really runs (dedupe key);
 * ``tuner``: one Optuna study with injected check/measure (the core rules);
-* ``liveness``: which worker runs a trial, and whether it died;
 * ``storage``: study storage from a URL (SQLite by default, any RDB);
 * ``measure``: check/measure through the measurement service;
 * ``finals``: the finalists and the default side by side, and the guard;

@@ -6,8 +6,11 @@ several machines tune one study. A URL that cannot be opened (no server, no
 driver, no such file) is one :class:`StorageError` line, never a traceback.
 
 Heartbeats are on: a worker that dies mid-trial (SIGKILL, a lost machine)
-leaves a RUNNING trial that other workers mark failed once its heartbeat is
-older than the grace period, so it is neither counted nor waited on forever.
+leaves a RUNNING trial that the next worker to look (Optuna checks before
+every trial; tune.tuner also at a study's start and while a trial waits for
+the last slots) fails once its heartbeat is older than the grace period, and
+queues again with its parameters (tune.tuner.retry_stale). So it is neither
+counted nor waited on for long.
 """
 
 from __future__ import annotations
@@ -21,10 +24,21 @@ from typing import Any
 from purlin_bench.errors import PurlinError
 
 DB_NAME = "tune.db"
-# A live worker beats every HEARTBEAT_S; one silent for GRACE_S is dead. The
-# grace is generous: a GPU trial may hold the interpreter while it compiles.
-HEARTBEAT_S = 10
-GRACE_S = 60
+# A live worker beats every HEARTBEAT_S from a thread; one silent for GRACE_S
+# is taken for dead: its trial is failed and run again, and if the worker was
+# alive after all, its optimize raises when it reports the result (a FAIL
+# trial cannot be told). The beat needs the interpreter, so a trial that holds
+# it for longer than the grace (a kernel compiled in-process: CuPy compiled
+# its reductions in 3-4 s each on a fresh machine) would be mistaken for dead.
+# SessionBench.warm_up and prime compile before any study so that trials do
+# not; the grace is a wide margin over those seconds all the same.
+#
+# A server (PostgreSQL) is shared by hosts whose clocks and networks we do
+# not know: a minute. A SQLite file is shared only by workers of this host,
+# and a rerun after a kill waits out the killed trial's grace before its last
+# trial (tests/test_tune_resume.py): seconds.
+HEARTBEAT_S, GRACE_S = 10, 60
+SQLITE_HEARTBEAT_S, SQLITE_GRACE_S = 1, 10
 CONNECT_TIMEOUT_S = 10
 _CREATE_ATTEMPTS = 4
 
@@ -81,8 +95,9 @@ def _reason(exc: BaseException) -> str:
     return first.removeprefix("(psycopg2.OperationalError) ").removeprefix("(sqlite3.OperationalError) ")
 
 
-def open_storage(url: str) -> Any:
-    """An Optuna RDBStorage for ``url``; raises StorageError if unreachable."""
+def open_storage(url: str, heartbeat_s: int | None = None, grace_s: int | None = None) -> Any:
+    """An Optuna RDBStorage for ``url``; raises StorageError if unreachable.
+    ``heartbeat_s`` and ``grace_s`` override the defaults above (tests)."""
     import optuna  # the tune path only: keeps `purlin --help` fast
     import sqlalchemy.exc
 
@@ -92,6 +107,9 @@ def open_storage(url: str) -> Any:
         except OSError as exc:
             raise StorageError(f"cannot open study storage {display_url(url)}: {exc.strerror or exc}") from None
     real = _with_driver(url)
+    local = real.startswith("sqlite")
+    heartbeat_s = heartbeat_s or (SQLITE_HEARTBEAT_S if local else HEARTBEAT_S)
+    grace_s = grace_s or (SQLITE_GRACE_S if local else GRACE_S)
     for attempt in range(_CREATE_ATTEMPTS):
         try:
             with warnings.catch_warnings():
@@ -99,9 +117,9 @@ def open_storage(url: str) -> Any:
                 return optuna.storages.RDBStorage(
                     real,
                     engine_kwargs=_engine_kwargs(real),
-                    heartbeat_interval=HEARTBEAT_S,
-                    grace_period=GRACE_S,
-                    heartbeat_stale_trial_callback=_requeue_stale,
+                    heartbeat_interval=heartbeat_s,
+                    grace_period=grace_s,
+                    heartbeat_stale_trial_callback=_retry_stale,
                 )
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as exc:
             # Workers starting together on a fresh database race to create
@@ -118,10 +136,10 @@ def open_storage(url: str) -> Any:
     raise AssertionError("unreachable")
 
 
-def _requeue_stale(study: Any, trial: Any) -> None:
-    from purlin_bench.tune.tuner import requeue
+def _retry_stale(study: Any, trial: Any) -> None:
+    from purlin_bench.tune.tuner import retry_stale
 
-    requeue(study, trial)
+    retry_stale(study, trial)
 
 
 def _is_database_error(exc: BaseException) -> bool:
