@@ -19,7 +19,7 @@ from __future__ import annotations
 import platform
 import re
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Sequence
+from typing import Any
 
 
 # Words in GPU marketing names that say nothing about the model.

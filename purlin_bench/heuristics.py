@@ -28,23 +28,18 @@ backend (Backend.default_config): this module chooses strategies only.
 from __future__ import annotations
 
 from purlin_bench.config import RunConfig
-from purlin_bench.planner import applicable
 from purlin_bench.spec.instance import Instance
 
 
 def default_strategy(inst: Instance) -> str:
-    usable = {name for name, why in applicable(inst).items() if why is None}
     if inst.op == "reduce":
         spread = len(inst.flows) >= inst.ranks and all(len(f.consumer_ranks()) == 1 for f in inst.flows)
-        choice = "direct" if spread or "two-shot" not in usable else "two-shot"
-    else:
-        source_ranks = {p.rank for f in inst.flows for p in f.sources}
-        fans_out = any(len(f.consumer_ranks()) > 1 for f in inst.flows)
-        if len(source_ranks) > 1:
-            choice = "push"
-        else:
-            choice = "two-shot" if fans_out else "direct"
-    return choice if choice in usable else sorted(usable)[0]
+        return "direct" if spread else "two-shot"
+    source_ranks = {p.rank for f in inst.flows for p in f.sources}
+    fans_out = any(len(f.consumer_ranks()) > 1 for f in inst.flows)
+    if len(source_ranks) > 1:
+        return "push"
+    return "two-shot" if fans_out else "direct"
 
 
 # Most channels the default gives a rank: one per flow it sends (all-to-all).

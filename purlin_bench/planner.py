@@ -18,17 +18,6 @@ from purlin_bench.strategies import STRATEGIES, get_strategy
 from purlin_bench.strategies.base import Builder, add_call_protocol, check_params, finish, redirect_outputs_through_scratch
 
 
-def applicable(inst: Instance) -> dict[str, str | None]:
-    """Every strategy, each with None (it applies).
-
-    Strategies read only the dataflow and build a program for any dataflow
-    (tests/test_planner.py checks every built-in), so none ever refuses; what
-    can fail is the program, as a PlanError from :func:`plan`. Kept only for
-    the callers in heuristics.py and tune/driver.py, which are being
-    rewritten; new code reads ``STRATEGIES``."""
-    return {name: None for name in STRATEGIES}
-
-
 def plan(inst: Instance, strategy: str, dtype: str, redop: str | None = None, params: dict[str, Any] | None = None, inplace: bool = False) -> Program:
     """Build and validate the program of ``strategy`` for ``inst``.
 
@@ -77,4 +66,4 @@ def _build(inst: Instance, strategy: str, params: dict[str, int], dtype: str, re
     return finish(b, strategy, params, dtype, redop, inplace)
 
 
-__all__ = ["PlanError", "applicable", "plan"]
+__all__ = ["PlanError", "plan"]

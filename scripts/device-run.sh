@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan search multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -86,6 +86,12 @@ step_bench-plan() {  # tuned plans against the untuned default, timed side by si
       timeout 40 purlin bench $c -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace --plan auto --baseline cupy,default \
         --json "$OUT/cmp-$c-$d.json" 2>&1 | tee "$OUT/cmp-$c-$d.log" | grep -E "^# (Speed|Avg)|rror" | sed "s/^/$c $d /"
     done
+  done
+}
+step_bench-plan-all() {  # every committed plan against the default, side by side, one process per dtype
+  for d in ${PLAN_DTYPES:-float32 bfloat16}; do
+    timeout ${PLAN_LIMIT:-130} purlin bench all -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace --plan auto --baseline default \
+      --json "$OUT/cmp-all-$d.json" 2>&1 | tee "$OUT/cmp-all-$d.log" | grep -E "^# (Speed|Avg|Out)|rror|^[a-z-]+  \(" | sed "s/^/$d /"
   done
 }
 step_search() {  # tuner against exhaustive search on one bucket (docs/tuning.md): quick.yaml's 126 configurations

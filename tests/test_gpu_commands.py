@@ -5,7 +5,6 @@ result checked. Skipped without a GPU, like every ``gpu`` test."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest

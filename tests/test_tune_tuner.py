@@ -20,7 +20,7 @@ from purlin_bench.errors import ExecutionError, PlanError, PurlinError
 from purlin_bench.tune.effective import effective_config
 from purlin_bench.tune.storage import open_storage
 from purlin_bench.tune.sweep import Bucket, parse_sweep
-from purlin_bench.tune.tuner import ATTR_CONFIG, ATTR_DUPLICATE, ATTR_FAILURE, ATTR_FIXED, ATTR_ROLE, ATTR_WORKER, StudySpec, TuneSettings, confirm_winner, count_finished, run_study
+from purlin_bench.tune.tuner import ATTR_CONFIG, ATTR_DUPLICATE, ATTR_FAILURE, ATTR_FIXED, ATTR_ROLE, ATTR_WORKER, StudySpec, TuneSettings, count_finished, run_study
 
 SPACE = parse_sweep(
     {
@@ -395,7 +395,7 @@ def test_effective_config_per_backend():
     assert dict(on_gpu.exec_params) == {**{p.name: p.default for p in CupyBackend.params}, "blocks": 4}
 
 
-# -- the confirmation round ----------------------------------------------------
+# -- the finals over a study's outcome ----------------------------------------------------
 
 
 class NoisyFirstDraw(Fakes):
@@ -417,7 +417,22 @@ def _outcome(fakes, default, trials=12):
     return run_study(spec(default=default), fakes.measure, fakes.check, optuna.storages.InMemoryStorage(), TuneSettings(trials=trials, sampler="bruteforce", seed=1))
 
 
-def test_confirmation_re_measures_finalists_and_drops_a_lucky_draw():
+class Finals:
+    """tune.finals.pick's bench over the fakes: one probe, each call a draw."""
+
+    def __init__(self, fakes):
+        self.fakes = fakes
+
+    def side_by_side(self, configs, bucket):
+        return {c: (self.fakes.measure(c, bucket),) for c in configs}
+
+    def probe_nbytes(self, bucket):
+        return (bucket.min_bytes,)
+
+
+def test_the_finals_re_measure_finalists_and_drop_a_lucky_draw():
+    from purlin_bench.tune.finals import pick
+
     fakes = NoisyFirstDraw()
     default = RunConfig.make("direct", {"channels": 1})
     outcome = _outcome(fakes, default)
@@ -425,42 +440,14 @@ def test_confirmation_re_measures_finalists_and_drops_a_lucky_draw():
     assert [r.time_us for r in outcome.ranked] == sorted(r.time_us for r in outcome.ranked)
     assert len({r.config for r in outcome.ranked}) == len(outcome.ranked)
     before = len(fakes.measured)
-    confirmed = confirm_winner(outcome, fakes.measure, finalists=3, rounds=3)
-    assert confirmed.config.strategy == "push" and confirmed.time_us == pytest.approx(1.1)
-    assert confirmed.default_time_us == pytest.approx(10.1)
+    final = pick(Finals(fakes), outcome.bucket, [r.config for r in outcome.ranked], outcome.default.config, rounds=3)
+    assert final.config.strategy == "push" and final.time_us == pytest.approx(1.1)
+    assert final.default_us == pytest.approx(10.1)
     # three finalists plus the default, three rounds each
     assert len(fakes.measured) - before == 4 * 3
-    assert outcome.default.config.text() in confirmed.times_us
 
 
-def test_confirmation_keeps_the_default_unless_beaten_by_the_margin():
-    class NearlyTied(Fakes):
-        def measure(self, config, bucket):
-            base = super().measure(config, bucket)
-            return 1.01 if config.strategy == "direct" and dict(config.plan_params).get("channels") == 1 else base
-
-    fakes = NearlyTied()
-    default = RunConfig.make("direct", {"channels": 1})
-    outcome = _outcome(fakes, default)
-    confirmed = confirm_winner(outcome, fakes.measure, margin=0.02)
-    # push(channels=1) at 1.1 us is slower; direct at 1.01 us is the default: kept
-    assert confirmed.config.strategy == "direct" and confirmed.config == outcome.default.config
-    fakes2 = Fakes()
-    outcome2 = _outcome(fakes2, default)
-    assert confirm_winner(outcome2, fakes2.measure, margin=0.02).config.strategy == "push"  # 1.1 us vs the default's 10.1
-    # a 2% margin also keeps a default that is only 1.5% slower
-    class SlightlySlower(Fakes):
-        def measure(self, config, bucket):
-            return 1.0 if config.strategy == "push" and dict(config.plan_params).get("channels") == 1 else (1.015 if config.strategy == "direct" and dict(config.plan_params).get("channels") == 1 else 50.0)
-
-    fakes3 = SlightlySlower()
-    outcome3 = _outcome(fakes3, default)
-    assert confirm_winner(outcome3, fakes3.measure, margin=0.02).config == outcome3.default.config
-    assert confirm_winner(outcome3, fakes3.measure, margin=0.0).config.strategy == "push"
-
-
-def test_confirmation_with_nothing_correct_is_none():
+def test_a_study_with_nothing_correct_ranks_nothing():
     fakes = Fakes(wrong=("direct", "push", "two-shot", "ring"))
     outcome = _outcome(fakes, RunConfig.make("direct", {"channels": 1}))
     assert outcome.best is None and outcome.ranked == ()
-    assert confirm_winner(outcome, fakes.measure) is None

@@ -33,7 +33,7 @@ class Request:
 
     specs: tuple[CollectiveSpec, ...]
     ranks: tuple[int, ...]
-    strategies: tuple[str, ...] | None  # None: every strategy that applies
+    strategies: tuple[str, ...] | None  # None: every strategy
     dtypes: tuple[str, ...]
     counts: tuple[int, ...]
     roots: tuple[int, ...] | None  # None: every root of a rooted collective

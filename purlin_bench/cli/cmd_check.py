@@ -109,7 +109,7 @@ def _run_all(items: list, runner: m.Runner, show_progress: bool) -> list[m.Outco
 def check(
     collective: Optional[str] = typer.Argument(None, help="A built-in collective, 'all', or a path to a .yaml spec."),
     ranks: str = typer.Option("2,3,8", "--ranks", "-n", help="Rank counts, comma separated."),
-    strategy: str = typer.Option("all", "--strategy", "-s", help="'all' (every strategy that applies) or names, comma separated."),
+    strategy: str = typer.Option("all", "--strategy", "-s", help="'all' (every strategy) or names, comma separated."),
     dtype: str = typer.Option("float32", "--dtype", "-d", help="'all' or dtypes, comma separated (float32, float64, float16, bfloat16, int32)."),
     count: str = typer.Option("1001", "--count", help="Element counts, comma separated (see 'count' in README: per chunk or per buffer)."),
     root: str = typer.Option("all", "--root", help="'all' (every rank) or roots, comma separated; rooted collectives only."),

@@ -112,7 +112,7 @@ def tune(
     for result in results:
         if result.path is not None:
             common.console.print(f"wrote {result.path}", highlight=False)
-    missing = [b for r in results for b in r.buckets if b.outcome is not None and b.entry is None]
+    missing = [b for r in results for b in r.buckets if b.entry is None]
     if missing:
         raise PurlinError(f"{len(missing)} bucket(s) got no correct configuration (see the notes above)")
     return 0
@@ -156,8 +156,7 @@ def _winners(results, reference_times: bool) -> Table:
         for b in result.buckets:
             base = [result.job.spec.name, result.job.dtype, b.layout, b.bucket.text()]
             if b.entry is None:
-                why = "no applicable strategy" if b.outcome is None else "no correct configuration"
-                table.add_row(*base, why, *[""] * 6, str(b.outcome.finished) if b.outcome else "")
+                table.add_row(*base, "no correct configuration", *[""] * 6, str(b.outcome.finished))
                 continue
             e = b.entry
             table.add_row(

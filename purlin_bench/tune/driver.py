@@ -25,7 +25,6 @@ from purlin_bench.errors import PurlinError
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.measurement import MeasurementService
 from purlin_bench.planfile import PlanArtifact, PlanEntry, SweepRef, load_plan_file, plan_path, write_plan
-from purlin_bench.planner import applicable
 from purlin_bench.spec.loader import CollectiveSpec
 from purlin_bench.tune.effective import effective_config
 from purlin_bench.tune.finals import pick
@@ -62,7 +61,7 @@ class BucketResult:
     job: Job
     layout: str
     bucket: Bucket
-    outcome: StudyOutcome | None  # None: no strategy applies at this size
+    outcome: StudyOutcome
     entry: PlanEntry | None  # None: no correct configuration was found
 
 
@@ -80,7 +79,7 @@ class Reporter:
 
     def trial_finished(self, name: str, result: TrialResult) -> None: ...
 
-    def study_finished(self, name: str, outcome: StudyOutcome | None) -> None: ...
+    def study_finished(self, name: str, outcome: StudyOutcome) -> None: ...
 
     def note(self, message: str) -> None: ...
 
@@ -154,12 +153,7 @@ class _JobTuning:
         job, request, bench = self.job, self.request, self.bench
         name = study_name(self.fp, job.spec.name, job.dtype, bucket, request.sweep)
         inst = bench.instance(bucket)
-        usable = tuple(s for s, why in applicable(inst).items() if why is None)
-        space = request.sweep.space.restricted(usable)
-        if not space.strategies:
-            self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: none of the sweep's strategies applies; skipped")
-            self.reporter.study_finished(name, None)
-            return BucketResult(job, self.fp.layout, bucket, None, None)
+        space = request.sweep.space
         spec = StudySpec(
             name=name,
             bucket=bucket,

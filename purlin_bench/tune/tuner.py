@@ -36,7 +36,6 @@ import copy
 import math
 import os
 import socket
-import statistics
 import time
 import warnings
 import zlib
@@ -425,49 +424,6 @@ def _outcome(spec: StudySpec, trials: list[Any], settings: TuneSettings, objecti
         stop=stop,
         ranked=tuple(ranked),
     )
-
-
-@dataclass(frozen=True)
-class Confirmed:
-    """The winner after re-measuring the finalists side by side."""
-
-    config: RunConfig
-    time_us: float  # median of the confirmation rounds
-    default_time_us: float | None  # the default's, from the same rounds
-    times_us: Mapping[str, float]  # every finalist's median, by configuration text
-
-
-def confirm_winner(outcome: StudyOutcome, measure: Measure, finalists: int = 3, rounds: int = 3, margin: float = 0.02) -> Confirmed | None:
-    """Re-measure the study's fastest ``finalists`` and the default in
-    ``rounds`` interleaved rounds and pick by median.
-
-    A study ranks each configuration by one measurement, so its best is
-    partly the luckiest draw, and a plan must not lose to the default it
-    replaces. The default therefore stays unless a finalist beats it by more
-    than ``margin`` in the same rounds."""
-    default = outcome.default.config if outcome.default is not None and outcome.default.time_us is not None else None
-    candidates = [r.config for r in outcome.ranked[:finalists] if r.config is not None]
-    if default is not None and default not in candidates:
-        candidates.append(default)
-    if not candidates:
-        return None
-    samples: dict[RunConfig, list[float]] = {c: [] for c in candidates}
-    for _ in range(max(1, rounds)):
-        for config in candidates:
-            try:
-                value = float(measure(config, outcome.bucket))
-            except PurlinError:
-                continue  # measured fine in its trial; a flaky re-run just drops this sample
-            if math.isfinite(value) and value > 0:
-                samples[config].append(value)
-    medians = {c: statistics.median(v) for c, v in samples.items() if v}
-    if not medians:
-        return None
-    best = min(medians, key=lambda c: (medians[c], candidates.index(c)))
-    default_time = medians.get(default) if default is not None else None
-    if default_time is not None and default_time <= medians[best] * (1 + margin):
-        best = default
-    return Confirmed(best, medians[best], default_time, {c.text(): t for c, t in medians.items()})
 
 
 @contextlib.contextmanager
