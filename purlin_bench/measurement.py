@@ -185,8 +185,3 @@ class MeasurementService:
                     unavailable[name] = str(exc)
             times = self.backend.time(list(candidates.values()), policy)
         return Comparison(dict(zip(candidates, times)), {label: p.nwrong for label, p in prepared.items()}, unavailable)
-
-    def close(self) -> None:
-        while self._prepared:
-            _, old = self._prepared.popitem(last=False)
-            old.runner.close()
