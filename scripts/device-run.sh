@@ -76,7 +76,9 @@ step_tune() {  # the committed H200 plans: every collective, float32 and bfloat1
       --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -15
   done
   for c in ${TUNE_REST-broadcast reduce gather scatter}; do
-    timeout 50 purlin tune $c --sweep sweeps/h200.yaml --sizes 8,64K,1M,16M,256M --trials 10 --timeout 2 --seed 1 \
+    # 62 s and one finals round: on 2026-12-03 two rounds at 44 s ran out of time
+    # (the finals time four configurations at every probe of five buckets)
+    timeout ${TUNE_REST_LIMIT:-62} purlin tune $c --sweep sweeps/h200.yaml --sizes 8,64K,1M,16M,256M --trials 10 --timeout 2 --seed 1 --confirm 1 \
       --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -13
   done
 }
