@@ -72,7 +72,9 @@ step_bench-f32() { DTYPES=float32 BENCH_LIMIT=130 step_bench-full; }
 step_bench-bf16() { DTYPES=bfloat16 BENCH_LIMIT=150 step_bench-full; }
 step_tune() {  # the committed H200 plans: every collective, float32 and bfloat16, sweeps/h200.yaml
   for c in ${TUNE_MAIN-all-reduce all-gather reduce-scatter all-to-all}; do
-    timeout ${TUNE_LIMIT:-100} purlin tune $c --sweep sweeps/h200.yaml --trials 16 --timeout 4 --seed 1 ${TUNE_ARGS:-} \
+    # 150 s for both dtypes: at 110 s the first collective of a fresh machine (all-reduce,
+    # which also builds the baseline kernels) wrote float32 and ran out in bfloat16
+    timeout ${TUNE_LIMIT:-150} purlin tune $c --sweep sweeps/h200.yaml --trials 16 --timeout 4 --seed 1 ${TUNE_ARGS:-} \
       --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -15
   done
   for c in ${TUNE_REST-broadcast reduce gather scatter}; do
