@@ -37,7 +37,7 @@ def bench(
     stepfactor: int = typer.Option(2, "-f", "--stepfactor", help="multiply the size by this each step"),
     iters: int = typer.Option(20, "-n", "--iters", help="calls per timed batch (one CUDA graph)"),
     warmup: int = typer.Option(5, "-w", "--warmup_iters", help="untimed batches first"),
-    datatype: str = typer.Option("float32", "-d", "--datatype", help="float32|float16|bfloat16|int32|float64 (nccl-tests names too)"),
+    datatype: str = typer.Option("float32", "-d", "--datatype", "--dtype", help="float32|float16|bfloat16|int32|float64 (nccl-tests names too)"),
     op: str = typer.Option("sum", "-o", "--op", help="reduction: sum|prod|max|min"),
     root: int = typer.Option(0, "-r", "--root", help="root rank of rooted collectives"),
     check: int = typer.Option(1, "-c", "--check", help="1: count wrong elements against the reference"),
