@@ -45,11 +45,14 @@ def command_line() -> str:
 
 def progress_bar() -> Progress:
     """A transient bar on stderr, only on a terminal: a log or a pipe gets
-    the tables and the error line, no bar redraws."""
+    the tables and the error line, no bar redraws. Rows print above it."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     err_console = __getattr__("err_console")
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True, disable=not err_console.is_terminal)
+    # Rows printed to stdout while the bar runs: on a terminal rich moves
+    # them above the bar; when stdout is a file they must go straight there,
+    # not through the bar's stderr console.
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True, disable=not err_console.is_terminal, redirect_stdout=sys.stdout.isatty())
 
 
 def error(message: str) -> None:
