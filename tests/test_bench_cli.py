@@ -112,7 +112,7 @@ def test_plot_draws_a_png_from_bench_json(capsys, tmp_path):
     data = bench_json(capsys, tmp_path, "all-reduce", "-b", 8, "-e", 4096, "-f", 8, "--ranks", 2, "--strategy", "all")
     assert len(data["results"]) == 4 * 4
     png = tmp_path / "p.png"
-    code, out, err = purlin(capsys, "plot", tmp_path / "out.json", "-o", png)
+    code, out, err = purlin(capsys, "plot", tmp_path / "out.json", "--output", png)
     assert code == 0, err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -162,7 +162,7 @@ def test_slice_bytes_4k_with_the_default_strategy(capsys):
 def test_plot_refuses_what_is_not_a_bench_result(capsys, tmp_path, content, fragment):
     bad = tmp_path / "bad.json"
     bad.write_text(content)
-    code, _, err = purlin(capsys, "plot", bad, "-o", tmp_path / "x.png")
+    code, _, err = purlin(capsys, "plot", bad, "--output", tmp_path / "x.png")
     assert_one_line_error(code, err, fragment)
     assert not (tmp_path / "x.png").exists()
 

@@ -125,11 +125,11 @@ def test_export_every_format(capsys, tmp_path, tiny):
     code, stdout, _ = purlin(capsys, "export", artifact, "--format", "json")
     assert code == 0 and json.loads(stdout) == json.loads(artifact.read_text())
     target = tmp_path / "plan.h"
-    assert purlin(capsys, "export", artifact, "--format", "header", "-o", target)[0] == 0
+    assert purlin(capsys, "export", artifact, "--format", "header", "--output", target)[0] == 0
     assert "purlin_plan_all_gather_4vr_float32_lookup" in target.read_text()
     code, stdout, _ = purlin(capsys, "export", artifact, "--format", "csv")
     assert code == 0 and len(stdout.strip().splitlines()) == 2
-    code, _, err = purlin(capsys, "export", artifact, "--format", "nccl-tuner", "-o", tmp_path / "nccl.conf")
+    code, _, err = purlin(capsys, "export", artifact, "--format", "nccl-tuner", "--output", tmp_path / "nccl.conf")
     assert_one_error_line(code, err, "unknown export format 'nccl-tuner' (known: json, csv, header)")
     assert not (tmp_path / "nccl.conf").exists()
 
@@ -212,7 +212,7 @@ def test_unreachable_storage_from_a_real_process(tmp_path, tiny):
 def test_corrupt_artifact_from_a_real_process(tmp_path):
     corrupt = tmp_path / "plan.json"
     corrupt.write_text("{not json")
-    result = _subprocess("export", corrupt, "--format", "header", "-o", tmp_path / "plan.h")
+    result = _subprocess("export", corrupt, "--format", "header", "--output", tmp_path / "plan.h")
     assert_one_error_line(result.returncode, result.stderr, "corrupt plan")
     assert not (tmp_path / "plan.h").exists()
 

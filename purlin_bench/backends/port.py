@@ -142,7 +142,10 @@ class Backend(ABC):
         return {"purlin_bench": purlin_bench.__version__, "python": platform.python_version(), "numpy": np.__version__, "backend": self.name, "host": platform.node()}
 
     def time_label(self, policy: TimingPolicy) -> str:
-        """How this backend's times are taken, in words."""
+        """How this backend's times are taken under ``policy``, in words.
+        A backend that does not take the policy as given (caps its calls,
+        has no graphs) says here what it does instead: bench prints this
+        next to the policy asked for, as the timing actually done."""
         return "CUDA graphs" if policy.graph else "eager launches"
 
     def default_config(self, inst: Instance, config: RunConfig) -> RunConfig:

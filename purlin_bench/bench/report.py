@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
+from rich.markup import escape
 from rich.table import Table
 
 from purlin_bench.atomic import write_text_atomic
@@ -21,37 +22,70 @@ def _fmt_time(us: float | None) -> str:
     return "-" if us is None else f"{us:.2f}" if us < 1000 else f"{us:.0f}"
 
 
-def table(records: list[BenchRecord], title: str) -> Table:
-    baselines = sorted({b for r in records for b in r.baselines})
-    t = Table(title=title, title_justify="left", header_style="bold")
-    for name in ("size (B)", "count", "type", "redop", "root"):
-        t.add_column(name, justify="right")
-    for side in ("out-of-place", "in-place"):
-        t.add_column(f"{side}\ntime (us)", justify="right")
-        t.add_column("algbw\n(GB/s)", justify="right")
-        t.add_column("busbw\n(GB/s)", justify="right")
-        t.add_column("#wrong", justify="right")
-    t.add_column("strategy")
-    for b in baselines:
-        t.add_column(f"{b}\n(us)", justify="right")
-        t.add_column(f"vs {b}", justify="right")
-    t.add_column("% floor", justify="right")
-    for r in records:
-        cells = [str(r.size), str(r.count), r.type, r.redop, str(r.root)]
+# Fixed column widths: rows are printed one by one as they are measured,
+# each its own headerless table, and they line up only if no width depends on
+# the data. The strategy is free-width, so it goes last (or on its own line).
+_LEAD = (("size (B)", 10), ("count", 10))
+_KIND = (("type", 8), ("redop", 5), ("root", 4))
+_SIDE = (("time (us)", 12), ("algbw", 6), ("busbw", 6), ("#wrong", 6))
+_EXTRA_MIN = 24  # what the strategy column needs at least to stay readable
+
+
+class TableLayout:
+    """The terminal's table, printed a row at a time.
+
+    Full width holds nccl-tests' columns, the baselines, the floor and the
+    strategy; below that (a 100-column terminal) the compact layout keeps size,
+    count and both sides, names type, redop and root in the title, and moves
+    strategy, baselines and floor to a dim line of their own under each row.
+    """
+
+    def __init__(self, baselines: tuple[str, ...], width: int):
+        self.baselines = baselines
+        sides = [(f"{where}\n{name}" if name.startswith("time") else name, w) for where in ("out-of-place", "in-place") for name, w in _SIDE]
+        extra = [(h, max(9, len(h))) for b in baselines for h in (f"{b} (us)", f"vs {b}")]
+        self.full_columns = [*_LEAD, *_KIND, *sides, *extra, ("% floor", 7)]
+        need = sum(w + 2 for _, w in self.full_columns) + _EXTRA_MIN
+        self.compact = width < need
+        self.columns = [*_LEAD, *sides] if self.compact else self.full_columns
+
+    def _table(self, show_header: bool) -> Table:
+        t = Table(show_header=show_header, header_style="bold", box=None, pad_edge=False, padding=(0, 1))
+        for name, w in self.columns:
+            t.add_column(name, justify="right", width=w, no_wrap=True)
+        if not self.compact:
+            t.add_column("strategy", min_width=_EXTRA_MIN)
+        return t
+
+    def header(self) -> Table:
+        return self._table(show_header=True)
+
+    def row(self, r: BenchRecord) -> list[Any]:
+        """The renderables for one record: its row, and in the compact
+        layout the strategy line."""
+        cells = [str(r.size), str(r.count)]
+        if not self.compact:
+            cells += [r.type, r.redop, str(r.root)]
         for side in (r.out_of_place, r.in_place):
             if side is None:
                 cells += ["n/a"] * 4
             else:
                 wrong = f"[red]{side.nwrong}[/red]" if side.nwrong else "0"
                 cells += [_fmt_time(side.time_us), f"{side.algbw:.2f}", f"{side.busbw:.2f}", wrong]
-        cells.append(r.strategy)
-        for b in baselines:
+        extras = []
+        for b in self.baselines:
             speed = r.speedup(b)
-            cells += [_fmt_time(r.baselines.get(b)), "-" if speed is None else f"{speed:.2f}x"]
+            extras += [_fmt_time(r.baselines.get(b)), "-" if speed is None else f"{speed:.2f}x"]
         pct = r.roofline_pct()
-        cells.append("-" if pct is None else f"{pct:.0f}%")
-        t.add_row(*cells)
-    return t
+        floor = "-" if pct is None else f"{pct:.0f}%"
+        t = self._table(show_header=False)
+        if self.compact:
+            t.add_row(*cells)
+            pairs = [f"{b} {extras[2 * i]} us ({extras[2 * i + 1]})" for i, b in enumerate(self.baselines)]
+            line = "   ".join([f"  {escape(r.strategy)}", *pairs, *([f"floor {floor}"] if pct is not None else [])])
+            return [t, f"[dim]{line}[/dim]"]
+        t.add_row(*cells, *extras, floor, escape(r.strategy))
+        return [t]
 
 
 def summary(records: list[BenchRecord]) -> list[str]:
@@ -62,12 +96,14 @@ def summary(records: list[BenchRecord]) -> list[str]:
     busbw = [r.out_of_place.busbw for r in records]
     wrong = sum(r.out_of_place.nwrong + (r.in_place.nwrong if r.in_place else 0) for r in records)
     lines.append(f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}")
-    lines.append(f"# Avg bus bandwidth    : {sum(busbw) / len(busbw):.3f} GB/s")
+    # A bare number, as nccl-tests prints it: log readers take the last field.
+    lines.append(f"# Avg bus bandwidth    : {sum(busbw) / len(busbw):g}")
     for b in sorted({b for r in records for b in r.baselines}):
         ratios = [s for s in (r.speedup(b) for r in records) if s]
         if ratios:
             geo = statistics.geometric_mean(ratios)
-            lines.append(f"# Speed-up vs {b:<8}: geometric mean {geo:.2f}x over {len(ratios)} sizes (min {min(ratios):.2f}x, max {max(ratios):.2f}x)")
+            # rows, not sizes: with several collectives or strategies a size has several rows
+            lines.append(f"# Speed-up vs {b:<8}: geometric mean {geo:.2f}x over {len(ratios)} rows (min {min(ratios):.2f}x, max {max(ratios):.2f}x)")
     return lines
 
 
@@ -82,25 +118,29 @@ def json_row(r: BenchRecord) -> dict[str, Any]:
     return row
 
 
-def write_json(path: str | Path, records: Iterable[BenchRecord], environment: dict[str, Any], command: str) -> None:
-    data = {"schema": JSON_SCHEMA, "command": command, "environment": environment, "results": [json_row(r) for r in records]}
+def write_json(path: str | Path, records: Iterable[BenchRecord], environment: dict[str, Any], command: str, complete: bool = True) -> None:
+    """``complete`` is false while the run goes on: bench rewrites the file
+    after every row, so an interrupted run leaves the rows it measured."""
+    data = {"schema": JSON_SCHEMA, "command": command, "complete": complete, "environment": environment, "results": [json_row(r) for r in records]}
     write_text_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
 CSV_FIELDS = ("collective", "size", "count", "type", "redop", "root", "strategy", "oop_time_us", "oop_algbw", "oop_busbw", "oop_nwrong", "ip_time_us", "ip_algbw", "ip_busbw", "ip_nwrong", "floor_us", "roofline_pct")
 
 
-def write_csv(path: str | Path, records: Iterable[BenchRecord]) -> None:
+def write_csv(path: str | Path, records: Iterable[BenchRecord], complete: bool = True) -> None:
+    """The last column, ``complete``, is 0 in every row while the run goes on
+    (a CSV has no header block to say it once), 1 once it has finished."""
     records = list(records)
     baselines = sorted({b for r in records for b in r.baselines})
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(list(CSV_FIELDS) + [f"{b}_us" for b in baselines] + [f"speedup_{b}" for b in baselines])
+    writer.writerow(list(CSV_FIELDS) + [f"{b}_us" for b in baselines] + [f"speedup_{b}" for b in baselines] + ["complete"])
     for r in records:
         ip = r.in_place
         row = [r.collective, r.size, r.count, r.type, r.redop, r.root, r.strategy, r.out_of_place.time_us, r.out_of_place.algbw, r.out_of_place.busbw, r.out_of_place.nwrong]
         row += [ip.time_us, ip.algbw, ip.busbw, ip.nwrong] if ip else ["", "", "", ""]
         row += [r.floor_us if r.floor_us is not None else "", r.roofline_pct() if r.roofline_pct() is not None else ""]
-        row += [r.baselines.get(b, "") for b in baselines] + [r.speedup(b) or "" for b in baselines]
+        row += [r.baselines.get(b, "") for b in baselines] + [r.speedup(b) or "" for b in baselines] + [int(complete)]
         writer.writerow(row)
     write_text_atomic(path, out.getvalue())

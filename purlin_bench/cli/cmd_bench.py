@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from purlin_bench.backends import AUTO, all_params, make, names, resolve as resolve_backend
 from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.bench.measure import DEFAULT, BenchOptions, Measurer
-from purlin_bench.bench.report import summary, table, write_csv, write_json
+from purlin_bench.bench import nccl_log
+from purlin_bench.bench.report import TableLayout, summary, write_csv, write_json
 from purlin_bench.bench.run import Choice, configs_for, instances
 from purlin_bench.bench.sizes import sweep
 from purlin_bench.cli import common
@@ -20,6 +22,8 @@ from purlin_bench.sizes import parse_bytes
 from purlin_bench.spec.loader import load_all_builtin, resolve
 
 ORDER = 40
+TABLE, NCCL_TESTS = "table", "nccl-tests"
+FORMATS = (AUTO, TABLE, NCCL_TESTS)
 # The datapath parameters the bench takes as overrides, with the help text
 # their backends give them.
 _DATAPATH = all_params()
@@ -37,7 +41,7 @@ def bench(
     stepfactor: int = typer.Option(2, "-f", "--stepfactor", help="multiply the size by this each step"),
     iters: int = typer.Option(20, "-n", "--iters", help="calls per timed batch (one CUDA graph)"),
     warmup: int = typer.Option(5, "-w", "--warmup_iters", help="untimed batches first"),
-    datatype: str = typer.Option("float32", "-d", "--datatype", help="float32|float16|bfloat16|int32|float64 (nccl-tests names too)"),
+    datatype: str = typer.Option("float32", "-d", "--datatype", "--dtype", help="float32|float16|bfloat16|int32|float64 (nccl-tests names too)"),
     op: str = typer.Option("sum", "-o", "--op", help="reduction: sum|prod|max|min"),
     root: int = typer.Option(0, "-r", "--root", help="root rank of rooted collectives"),
     check: int = typer.Option(1, "-c", "--check", help="1: count wrong elements against the reference"),
@@ -58,9 +62,12 @@ def bench(
     json_out: Optional[str] = typer.Option(None, "--json", help="write results (nccl-tests -J rows plus ours) here"),
     csv_out: Optional[str] = typer.Option(None, "--csv", help="write one CSV row per size here"),
     plot_out: Optional[str] = typer.Option(None, "--plot", help="write a bandwidth/latency plot (PNG) here"),
+    fmt: str = typer.Option(AUTO, "--format", help=f"stdout layout: {' | '.join(FORMATS)}; auto: table on a terminal, nccl-tests' text otherwise (logs its readers parse)"),
 ) -> None:
     """Measure collectives like nccl-tests: time, algbw, busbw, #wrong, in and out of place."""
     dtype, _ = resolve_dtype(datatype)
+    if fmt not in FORMATS:
+        raise PurlinError(f"unknown --format '{fmt}' (known: {', '.join(FORMATS)})")
     if op not in REDOPS:
         raise PurlinError(f"unknown reduction '{op}' (known: {', '.join(REDOPS)})")
     backend_cls, why = resolve_backend(backend)
@@ -87,36 +94,63 @@ def bench(
     if why:  # only now: bad input above gets its one error line and nothing else
         common.note(f"{why}. Times below are CPU times of the reference executor, not GPU times.")
     timing = backend_obj.time_label(policy)
-    common.console.print(f"# purlin bench on {where}; {timing}, {iters} calls per batch, median of {policy.reps}", highlight=False)
+    text = fmt == NCCL_TESTS or (fmt == AUTO and not common.console.is_terminal)
+    # Every line of the header is a comment, as in nccl-tests' logs. The
+    # asked-for policy and what the backend did with it are both said: a
+    # backend may cap them (the CPU reference does).
+    say = (lambda line: print(line, flush=True)) if text else (lambda line: common.console.print(line, highlight=False))
+    say(f"# purlin bench on {where}")
+    say(f"# asked: -n {iters} -w {warmup} -G {cudagraph} ({iters} calls per batch, {warmup} warm-up batches, median of {policy.reps} batches{', CUDA graphs' if policy.graph else ''})")
+    say(f"# timing: {timing}")
     if bandwidth is not None:
         # The floor's yardstick, measured in this run: recorded so "% floor" can be re-derived.
         env["copy_bandwidth_gbps"] = round(bandwidth.bytes_per_s / 1e9, 1)
         env["copy_bandwidth_kind"] = bandwidth.kind
-        common.console.print(f"# floor: {bandwidth.kind} copy bandwidth {bandwidth.bytes_per_s / 1e9:.0f} GB/s (cudaMemcpyAsync, this run)", highlight=False)
+        say(f"# floor: {bandwidth.kind} copy bandwidth {bandwidth.bytes_per_s / 1e9:.0f} GB/s (cudaMemcpyAsync, this run)")
     command = common.command_line()
     plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root)) for spec in specs]
     total = sum(len(items) for _, items in plan_text)
+    layout = TableLayout(baselines, common.console.width)
     records = []
+
+    def save(complete: bool) -> None:
+        # Rewritten (atomically) after every row: an interrupted sweep keeps what it measured.
+        if json_out:
+            write_json(json_out, records, env, command, complete)
+        if csv_out:
+            write_csv(csv_out, records, complete)
+
     with common.progress_bar() as progress:
         task = progress.add_task("bench", total=total)
         for spec, items in plan_text:
-            spec_records = []
+            title = f"{spec.name}  ({n_ranks} ranks, {dtype}{', ' + (op if spec.op == 'reduce' else 'copy')}{', root ' + str(root) if spec.rooted else ''})"
+            if text:
+                for line in nccl_log.header(title):
+                    say(line)
+            else:
+                common.console.print(f"\n[bold]{escape(title)}[/bold]", highlight=False)
+                common.console.print(layout.header())
             for size, inst in items:
                 progress.update(task, description=f"{spec.name} {size} B")
                 for config in configs_for(inst, size, choice, service.default_config):
-                    spec_records.append(measurer.measure(inst, config, dtype, op if spec.op == "reduce" else None))
+                    record = measurer.measure(inst, config, dtype, op if spec.op == "reduce" else None)
+                    records.append(record)
+                    if text:
+                        say(nccl_log.row(record, spec.rooted, bool(check)))
+                        say(nccl_log.extras(record, baselines))
+                    else:
+                        for part in layout.row(record):
+                            common.console.print(part, highlight=False)
+                    save(complete=False)
                 progress.advance(task)
-            records.extend(spec_records)
-            common.console.print(table(spec_records, f"{spec.name}  ({n_ranks} ranks, {dtype}{', root ' + str(root) if spec.rooted else ''})"))
-            if json_out:  # rewritten (atomically) after every collective: an interrupted sweep keeps what it measured
-                write_json(json_out, records, env, command)
     for name, reason in measurer.unavailable.items():
         common.note(f"baseline {name} did not run: {reason}")
+    if text:
+        say("#")
     for line in summary(records):
-        common.console.print(line, highlight=False)
+        say(line)
     failed = any(r.out_of_place.nwrong or (r.in_place and r.in_place.nwrong) for r in records)
-    if csv_out:
-        write_csv(csv_out, records)
+    save(complete=True)
     if plot_out:
         from purlin_bench.bench.plot import plot_rows
         from purlin_bench.bench.report import json_row

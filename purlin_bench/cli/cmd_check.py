@@ -108,7 +108,7 @@ def _run_all(items: list, runner: m.Runner, show_progress: bool) -> list[m.Outco
 
 def check(
     collective: Optional[str] = typer.Argument(None, help="A built-in collective, 'all', or a path to a .yaml spec."),
-    ranks: str = typer.Option("2,3,8", "--ranks", "-n", help="Rank counts, comma separated."),
+    ranks: str = typer.Option("2,3,8", "--ranks", help="Rank counts, comma separated."),
     strategy: str = typer.Option("all", "--strategy", "-s", help="'all' (every strategy) or names, comma separated."),
     dtype: str = typer.Option("float32", "--dtype", "-d", help="'all' or dtypes, comma separated (float32, float64, float16, bfloat16, int32)."),
     count: str = typer.Option("1001", "--count", help="Element counts, comma separated (see 'count' in README: per chunk or per buffer)."),
@@ -116,7 +116,7 @@ def check(
     op: Optional[str] = typer.Option(None, "--op", help="Reduction: sum, prod, max, min, 'all' or a comma list (default: the spec's)."),
     inplace: Optional[bool] = typer.Option(None, "--inplace/--no-inplace", help="Only in place / only out of place; '--inplace both' (the default) runs both."),
     inplace_mode: Optional[str] = typer.Option(None, "--inplace-mode", hidden=True),
-    backend: str = typer.Option(REFERENCE, "--backend", "-b", help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable, else the CPU reference)."),
+    backend: str = typer.Option(REFERENCE, "--backend", help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable, else the CPU reference)."),
     spec_files: Optional[list[str]] = typer.Option(None, "--spec", help="A user's collective spec (.yaml) to check; repeatable."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs and of the CPU executor's interleaving."),
     failed_only: bool = typer.Option(False, "--failed-only", help="List only failed combinations in the table (the summary counts all)."),

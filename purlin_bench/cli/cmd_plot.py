@@ -1,4 +1,4 @@
-"""`purlin plot RESULTS.json -o FILE.png`."""
+"""`purlin plot RESULTS.json --output FILE.png`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ ORDER = 45
 
 def plot(
     results: str = typer.Argument(..., help="a file written by `purlin bench --json`"),
-    output: str = typer.Option(..., "-o", "--output", help="the PNG to write"),
+    output: str = typer.Option(..., "--output", help="the PNG to write"),
     title: str = typer.Option("", "--title", help="figure title [default: the results file]"),
 ) -> None:
     """Plot bus bandwidth and latency against size, one line per strategy and baseline."""

@@ -21,7 +21,7 @@ ORDER = 20
 
 def show(
     collective: Optional[str] = typer.Argument(None, help="A built-in collective (see 'purlin list') or a path to a .yaml spec."),
-    ranks: int = typer.Option(4, "--ranks", "-n", help="Number of ranks."),
+    ranks: int = typer.Option(4, "--ranks", help="Number of ranks."),
     strategy: str = typer.Option("auto", "--strategy", "-s", help="direct, push, two-shot, ring, or auto (the untuned default)."),
     slice_bytes: str = typer.Option("0", "--slice-bytes", help="Bytes per slice, e.g. 4K or 1M; 0 lets the strategy choose."),
     channels: int = typer.Option(1, "--channels", help="Step lists per rank."),

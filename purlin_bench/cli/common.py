@@ -5,16 +5,33 @@ from __future__ import annotations
 import shlex
 import sys
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING, Any
 
 from purlin_bench.errors import PurlinError
 
-# Piped or redirected output keeps whole table rows (nccl-tests-like logs);
-# a terminal gets rich's own fitting.
-console = Console() if sys.stdout.isatty() else Console(width=220)
-err_console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+_consoles: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Console:
+    """``console`` (stdout) and ``err_console`` (stderr), made on first use:
+    rich costs a tenth of a second to import, and `purlin --help` and
+    a bad option's error line need no console."""
+    if name not in ("console", "err_console"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _consoles:
+        from rich.console import Console
+
+        # Piped or redirected output keeps whole table rows; a terminal
+        # gets rich's own fitting.
+        if name == "err_console":
+            _consoles[name] = Console(stderr=True)
+        else:
+            _consoles[name] = Console() if sys.stdout.isatty() else Console(width=220)
+    return _consoles[name]
 
 
 # The arguments of this invocation (set by main.run): what a result file
@@ -28,8 +45,14 @@ def command_line() -> str:
 
 def progress_bar() -> Progress:
     """A transient bar on stderr, only on a terminal: a log or a pipe gets
-    the tables and the error line, no bar redraws."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True, disable=not err_console.is_terminal)
+    the tables and the error line, no bar redraws. Rows print above it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err_console = __getattr__("err_console")
+    # Rows printed to stdout while the bar runs: on a terminal rich moves
+    # them above the bar; when stdout is a file they must go straight there,
+    # not through the bar's stderr console.
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True, disable=not err_console.is_terminal, redirect_stdout=sys.stdout.isatty())
 
 
 def error(message: str) -> None:
@@ -40,7 +63,9 @@ def error(message: str) -> None:
 def note(message: str) -> None:
     """One line on stderr: soft_wrap stops rich from breaking it at 80
     columns when stderr is not a terminal."""
-    err_console.print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    __getattr__("err_console").print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def int_list(text: str, what: str, minimum: int = 0) -> list[int]:

@@ -1,7 +1,11 @@
 """Entry point of the ``purlin`` command.
 
 Every command lives in its own ``cmd_<name>.py`` module with a
-``register(app)`` function and an ``ORDER`` number (its place in --help).
+``register(app)`` function; ``COMMANDS`` below names them in --help's order
+with their one-line help. A module is imported only when its command runs (or
+shows its own --help): the commands pull in NumPy, ml_dtypes and the backends,
+which take seconds to import on a slow machine, and ``purlin --help`` needs
+none of them. tests/test_cli.py checks COMMANDS against the modules.
 Errors a user can cause (:class:`~purlin_bench.errors.PurlinError`, bad
 options) print one line on stderr and exit non-zero; a traceback means a bug.
 """
@@ -9,10 +13,11 @@ options) print one line on stderr and exit non-zero; a traceback means a bug.
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import sys
 
 import typer
+import typer.core
+import typer.main
 
 try:  # typer >= 0.22 carries its own copy of click
     from typer._click import exceptions as click_exceptions
@@ -23,8 +28,51 @@ import purlin_bench
 from purlin_bench.cli import common
 from purlin_bench.errors import PurlinError
 
+# name -> one line for `purlin --help` (the command's docstring says more).
+COMMANDS = {
+    "list": "List the built-in collectives and --spec files: op, rootedness, count mode, strategies.",
+    "show": "Show the SNAC program a strategy derives, step by step, and a summary.",
+    "check": "Check collectives against their reference semantics, every combination asked for.",
+    "bench": "Measure collectives like nccl-tests: time, algbw, busbw, #wrong, in and out of place.",
+    "plot": "Plot bus bandwidth and latency against size, one line per strategy and baseline.",
+    "tune": "Tune strategies and datapath parameters per message-size bucket.",
+    "export": "Export a tuned plan: json, csv, a C/C++ header or an NCCL tuner table.",
+}
+# -h is --help in every command (nccl-tests' -h too); click inherits it
+# from the group's context into each command's.
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
+
+
+def load_command(name: str):
+    """The click command of ``purlin NAME``, importing its module now."""
+    module = importlib.import_module(f"purlin_bench.cli.cmd_{name}")
+    holder = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+    module.register(holder)
+    return typer.main.get_command(holder)
+
+
+class _LazyGroup(typer.core.TyperGroup):
+    """Lists COMMANDS without importing them; builds one when it is called."""
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx, cmd_name: str):
+        if cmd_name not in COMMANDS:
+            return None
+        if cmd_name not in self.commands:
+            self.commands[cmd_name] = load_command(cmd_name)
+        return self.commands[cmd_name]
+
+    def format_commands(self, ctx, formatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl(list(COMMANDS.items()))
+
+
 app = typer.Typer(
     name="purlin",
+    cls=_LazyGroup,
+    context_settings=HELP_OPTIONS,
     help="Benchmark and autotune GPU scale-up collectives (specs as layouts, SNAC programs, Atom datapaths).",
     no_args_is_help=True,
     add_completion=False,
@@ -44,17 +92,6 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
 ) -> None:
     """Benchmark and autotune GPU scale-up collectives."""
-
-
-def _register_commands() -> None:
-    import purlin_bench.cli as package
-
-    modules = [importlib.import_module(f"purlin_bench.cli.{m.name}") for m in pkgutil.iter_modules(package.__path__) if m.name.startswith("cmd_")]
-    for module in sorted(modules, key=lambda m: getattr(m, "ORDER", 100)):
-        module.register(app)
-
-
-_register_commands()
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -73,8 +73,15 @@ class NumpyBackend(Backend):
 
         return {**super().environment(), "cpu": platform.processor() or platform.machine()}
 
+    # The caps of time() below, named once so the label cannot drift from them.
+    MAX_ITERS, MAX_WARMUP_CALLS, MAX_REPS = 3, 1, 3
+
     def time_label(self, policy: TimingPolicy) -> str:
-        return "CPU wall clock"
+        # What time() does with the policy, so bench's header says the timing actually done.
+        iters, reps, warm = min(policy.iters, self.MAX_ITERS), min(policy.reps, self.MAX_REPS), min(policy.warmup, self.MAX_WARMUP_CALLS)
+        capped = " (capped on the CPU)" if (iters, reps, warm) != (policy.iters, policy.reps, policy.warmup) else ""
+        graphs = "; no CUDA graphs" if policy.graph else ""
+        return f"CPU wall clock, {iters} calls per batch, {warm} warm-up call{'s' if warm != 1 else ''}, median of {reps} batches{capped}{graphs}"
 
     def baselines(self) -> tuple[str, ...]:
         return (self.name,)
@@ -89,9 +96,9 @@ class NumpyBackend(Backend):
     def time(self, candidates: Sequence[Call], policy: TimingPolicy) -> list[Timing]:
         # Capped: a 1 MiB reference call takes milliseconds, and a bench of
         # 20 x 5 calls a size would take minutes for numbers that mean little.
-        iters, reps = min(policy.iters, 3), min(policy.reps, 3)
+        iters, reps = min(policy.iters, self.MAX_ITERS), min(policy.reps, self.MAX_REPS)
         for c in candidates:
-            for i in range(min(policy.warmup, 1)):
+            for i in range(min(policy.warmup, self.MAX_WARMUP_CALLS)):
                 c.call(i)
 
         def batch_of(c: Call):
