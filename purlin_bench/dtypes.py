@@ -97,11 +97,28 @@ def reduction_tolerance(parts: Sequence[np.ndarray], redop: str, dtype: np.dtype
     return (n + 1) * eps * scale + tiny
 
 
+# Integer inputs near the ends of the type: sums and products of them wrap,
+# so a check exercises the two's-complement rule (see accumulate), not only
+# values that never leave the range.
+_EDGE = 1000
+
+
 def random_inputs(rng: np.random.Generator, counts: Sequence[int], dtype: np.dtype, redop: str | None) -> list[np.ndarray]:
     """Random inputs for checks: values in [-1, 1) for floats (products stay in
-    range), small signed integers for int32 so sums and products do not overflow
-    int64 in the reference."""
+    range). For integers, about half the elements lie within 1000 of the
+    type's minimum or maximum, so sums and products overflow and wrap, and the
+    rest are small (in [-1000, 1000], or [-3, 3] for products, so some
+    products stay unwrapped). The reference wraps the same way: it accumulates
+    in int64, which wraps modulo 2**64 and so keeps every value modulo 2**32,
+    then casts to int32."""
     if is_integer(dtype):
+        info = np.iinfo(dtype)
         low, high = (-3, 4) if redop == "prod" else (-1000, 1001)
-        return [rng.integers(low, high, size=n).astype(dtype) for n in counts]
+        out = []
+        for n in counts:
+            small = rng.integers(low, high, size=n)
+            # Offsets 0.._EDGE-1 from the top (positive) or bottom (negative) end.
+            edge = np.where(rng.random(n) < 0.5, int(info.max) - rng.integers(0, _EDGE, size=n), int(info.min) + rng.integers(0, _EDGE, size=n))
+            out.append(np.where(rng.random(n) < 0.5, edge, small).astype(dtype))
+        return out
     return [rng.uniform(-1.0, 1.0, size=n).astype(dtype) for n in counts]

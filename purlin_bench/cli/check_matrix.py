@@ -16,9 +16,11 @@ from typing import Callable, Iterator, Sequence
 
 from purlin_bench.backends import make
 from purlin_bench.backends.port import Backend
+from purlin_bench.check import partial_overflow
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import DTYPES, REDOPS, resolve_dtype
-from purlin_bench.errors import PurlinError
+from purlin_bench.errors import PurlinError, SpecError
+from purlin_bench.inputs import exact_inputs
 from purlin_bench.measurement import MeasurementService
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
@@ -130,10 +132,19 @@ def parse_redops(text: str | None) -> tuple[str, ...] | None:
 def expand(request: Request) -> Iterator[Job | Outcome]:
     """Every combination asked for, in table order: a Job to run, or an n/a
     Outcome saying why it cannot run (rank counts a spec's 'requires' refuses,
-    roots out of range, in place where the collective has no in-place form)."""
+    roots out of range, in place where the collective has no in-place form).
+
+    A spec is validated at load for R = 1..8 only; at another R it can still
+    be broken (an index dividing by R - 9). That R (or root) becomes one error
+    row with the reason, and the other rows still run."""
     for spec in request.specs:
         for ranks in request.ranks:
-            if not spec.supports_ranks(ranks):  # ranks >= 1 here, so its 'requires' said no
+            try:
+                supported = spec.supports_ranks(ranks)
+            except SpecError as exc:
+                yield _refused(spec, ranks, None, exc)
+                continue
+            if not supported:  # ranks >= 1 here, so its 'requires' said no
                 combo = Combo(spec.name, ranks, None, 0, "-", None, "-", False)
                 yield Outcome(combo, NA, note=f"{spec.name} does not support {ranks} ranks (requires {spec.requires.text})")
                 continue
@@ -152,6 +163,13 @@ def _expand_instance(request: Request, spec: CollectiveSpec, ranks: int, root: i
     redops: Sequence[str | None] = [None]
     if spec.op == "reduce":
         redops = request.redops or [spec.redop]
+    try:
+        # Whether the spec holds at this R and root does not depend on the
+        # count or element size, so one instantiation tells.
+        instantiate(spec, ranks, 1, 4, root or 0)
+    except SpecError as exc:
+        yield _refused(spec, ranks, root, exc)
+        return
     for count in request.counts:
         instances: dict[int, Instance] = {}  # by element size: float16 and bfloat16 share one
         for dtype in request.dtypes:
@@ -162,6 +180,10 @@ def _expand_instance(request: Request, spec: CollectiveSpec, ranks: int, root: i
                     instances[itemsize] = instantiate(spec, ranks, count, itemsize, root or 0)
                 inst = instances[itemsize]
                 yield from _expand_strategies(request, inst, base)
+
+
+def _refused(spec: CollectiveSpec, ranks: int, root: int | None, exc: SpecError) -> Outcome:
+    return Outcome(Combo(spec.name, ranks, root, 0, "-", None, "-", False), ERROR, note=f"spec refused at {ranks} ranks: {exc}")
 
 
 def _expand_strategies(request: Request, inst: Instance, base: Combo) -> Iterator[Job | Outcome]:
@@ -204,6 +226,10 @@ class Runner:
             result = service.check(job.inst, config, c.dtype, c.redop, c.inplace, seed=self.seed)
         except PurlinError as exc:  # deadlock, device timeout
             return Outcome(c, ERROR, steps=program.step_count(), note=f"run: {exc}")
+        if not result.ok:
+            # The service checked on exact_inputs with this seed; the same
+            # draw tells whether a partial kept in the dtype overflowed.
+            inputs = exact_inputs(program.in_counts, resolve_dtype(c.dtype)[1], program.redop, self.seed)
+            result = replace(result, overflowed=partial_overflow(job.inst, program.redop, resolve_dtype(c.dtype)[1], inputs))
         status = PASS if result.ok else FAIL
-        note = "" if result.ok else f"{result.wrong} of {result.total} output elements differ from the reference"
-        return Outcome(c, status, program.step_count(), result.wrong, result.total, note)
+        return Outcome(c, status, program.step_count(), result.wrong, result.total, result.note(c.dtype))

@@ -139,7 +139,7 @@ def check(
         inplace=_inplace_modes(inplace, inplace_mode),
     )
     items = list(m.expand(request))
-    if not any(isinstance(item, m.Job) for item in items):
+    if not any(isinstance(item, m.Job) or item.failed for item in items):  # a refused spec is reported below
         first = next((o.note for o in items if isinstance(o, m.Outcome) and o.note), "")
         raise PurlinError(f"nothing to check: every combination asked for is n/a ({first})")
     if why:

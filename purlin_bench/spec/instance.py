@@ -112,20 +112,27 @@ class Instance:
     def inplace_offsets(self) -> tuple[int, ...]:
         """Per rank, the offset of its smaller buffer inside its larger one when
         the collective runs in place (nccl-tests' convention: all-gather's input is
-        chunk r of the output, reduce-scatter's output is chunk r of the input)."""
+        chunk r of the output, reduce-scatter's output is chunk r of the input).
+
+        Nesting is decided by the layout (chunk names in buffer order), not by
+        element counts: at small counts both buffers can hold the same number
+        of elements (reduce-scatter of count 0, or a buffer-mode chunk split
+        that leaves trailing chunks empty), and the side that is larger by
+        count no longer says which chunk list holds the other."""
         offsets = []
         for rank in range(self.ranks):
             ins, outs = self.inputs[rank], self.outputs[rank]
-            small, large = (ins, outs) if self.out_counts[rank] >= self.in_counts[rank] else (outs, ins)
-            keys = [k for k, _ in small]
-            if not keys:
-                offsets.append(0)
+            at = _run_position(outs, ins)  # the output a run of the input's chunks
+            if at is not None:
+                offsets.append(ins[at][1].offset if at < len(ins) else 0)
                 continue
-            large_keys = [k for k, _ in large]
-            at = next((p for p in range(len(large_keys) - len(keys) + 1) if large_keys[p : p + len(keys)] == keys), None)
+            at = _run_position(ins, outs)
             if at is None:
                 raise SpecError(f"{self.spec.name} cannot run in place: rank {rank}'s input and output do not nest (no common run of chunks)")
-            offsets.append(large[at][1].offset)
+            # When the counts tie, every chunk outside the run is empty, so the
+            # run starts at offset 0 and the model's tie rule (the input is the
+            # view) agrees with either reading.
+            offsets.append(outs[at][1].offset if at < len(outs) else 0)
         return tuple(offsets)
 
     def inplace_refusal(self) -> str | None:
@@ -138,6 +145,13 @@ class Instance:
 
     def busbw_factor(self) -> float:
         return float(self.spec.bench.busbw_factor({"R": self.ranks}))
+
+
+def _run_position(inner, outer) -> int | None:
+    """Where ``inner``'s chunk names appear as one contiguous run of
+    ``outer``'s (the first such position; 0 for an empty ``inner``), or None."""
+    small, large = [k for k, _ in inner], [k for k, _ in outer]
+    return next((p for p in range(len(large) - len(small) + 1) if large[p : p + len(small)] == small), None)
 
 
 def _layouts(spec: CollectiveSpec, side: str, ranks: int, root: int) -> list[list[ChunkKey]]:

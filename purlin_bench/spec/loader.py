@@ -34,6 +34,8 @@ _LOOP = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+range\((.*)\)\s*$")
 _CHUNK = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*$")
 # Ranks tried when a spec is loaded, so that semantic errors (no source for an
 # output, two sources for a copy) surface at load with the file and field.
+# Other rank counts are validated when instantiated (instantiate raises
+# SpecError for that R only), so a spec broken at R = 9 fails where it is used.
 LOAD_CHECK_RANKS = range(1, 9)
 
 
@@ -101,7 +103,14 @@ class CollectiveSpec:
     rooted: bool = field(default=False)
 
     def supports_ranks(self, ranks: int) -> bool:
-        return ranks >= 1 and (self.requires is None or self.requires.bool({"R": ranks}))
+        """Whether ``requires`` allows ``ranks``; SpecError (naming the file)
+        where it cannot be evaluated there, e.g. a division by zero at that R."""
+        if ranks < 1 or self.requires is None:
+            return ranks >= 1
+        try:
+            return self.requires.bool({"R": ranks})
+        except ExprError as exc:
+            raise _fail(self.source, "requires", f"{exc} (with {ranks} ranks)") from None
 
     def count_for_bytes(self, ranks: int, nbytes: int, itemsize: int) -> int:
         """The count whose nccl-tests message size S is ``nbytes`` (rounded
@@ -260,11 +269,8 @@ def _trial_instantiate(spec: CollectiveSpec) -> None:
     from purlin_bench.spec.instance import instantiate
 
     for ranks in LOAD_CHECK_RANKS:
-        try:
-            if not spec.supports_ranks(ranks):
-                continue
-        except ExprError as exc:
-            raise _fail(spec.source, "requires", str(exc)) from None
+        if not spec.supports_ranks(ranks):
+            continue
         for root in range(ranks) if spec.rooted else (0,):
             instantiate(spec, ranks, count=ranks, itemsize=4, root=root)
 
