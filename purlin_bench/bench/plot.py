@@ -13,9 +13,14 @@ from purlin_bench.errors import PurlinError
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:
     try:
-        data = json.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise PurlinError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    # A binary file (the PNG itself, given by mistake) is bad input: one line.
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PurlinError(f"{path}: not a purlin bench result: not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise PurlinError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
     rows = data.get("results") if isinstance(data, dict) else None
