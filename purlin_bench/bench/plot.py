@@ -4,10 +4,12 @@ baseline, from the rows `purlin bench --json` writes."""
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from purlin_bench.atomic import MODE, WriteError
 from purlin_bench.errors import PurlinError
 
 
@@ -63,8 +65,16 @@ def plot_rows(rows: list[dict[str, Any]], out: str | Path, title: str) -> None:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside the target and renamed, as atomic.py does for text: a
+    # reader never sees half an image, a failure leaves no temp file, and the
+    # mode is atomic.MODE whatever the umask (savefig's open() follows it).
     tmp = out.with_name(f".{out.name}.tmp{out.suffix}")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.chmod(tmp, MODE)
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise WriteError(f"{out}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)

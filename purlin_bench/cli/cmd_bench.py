@@ -12,7 +12,7 @@ from purlin_bench.bench.measure import DEFAULT, BenchOptions, Measurer
 from purlin_bench.bench.report import summary, table, write_csv, write_json
 from purlin_bench.bench.run import Choice, configs_for, instances
 from purlin_bench.bench.sizes import sweep
-from purlin_bench.cli import common
+from purlin_bench.cli import common, outputs
 from purlin_bench.dtypes import REDOPS, resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.measurement import MeasurementService
@@ -60,6 +60,10 @@ def bench(
     plot_out: Optional[str] = typer.Option(None, "--plot", help="write a bandwidth/latency plot (PNG) here"),
 ) -> None:
     """Measure collectives like nccl-tests: time, algbw, busbw, #wrong, in and out of place."""
+    outputs.check_output(json_out, "--json")
+    outputs.check_output(csv_out, "--csv")
+    outputs.check_plot(plot_out, "--plot")
+    outputs.check_distinct(("--json", json_out), ("--csv", csv_out), ("--plot", plot_out))
     dtype, _ = resolve_dtype(datatype)
     if op not in REDOPS:
         raise PurlinError(f"unknown reduction '{op}' (known: {', '.join(REDOPS)})")
