@@ -12,7 +12,7 @@ from purlin_bench.bench.measure import DEFAULT, BenchOptions, Measurer
 from purlin_bench.bench.report import summary, table, write_csv, write_json
 from purlin_bench.bench.run import Choice, configs_for, instances
 from purlin_bench.bench.sizes import sweep
-from purlin_bench.cli import common, outputs
+from purlin_bench.cli import common, limits, outputs
 from purlin_bench.dtypes import REDOPS, resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.measurement import MeasurementService
@@ -64,6 +64,9 @@ def bench(
     outputs.check_output(csv_out, "--csv")
     outputs.check_plot(plot_out, "--plot")
     outputs.check_distinct(("--json", json_out), ("--csv", csv_out), ("--plot", plot_out))
+    limits.check_choice(check, "--check", (0, 1))
+    limits.check_plan_param("channels", channels, "--channels")
+    limits.check_bench(collective, maxbytes, backend, ranks, gpus, datatype, inplace)
     dtype, _ = resolve_dtype(datatype)
     if op not in REDOPS:
         raise PurlinError(f"unknown reduction '{op}' (known: {', '.join(REDOPS)})")
