@@ -44,6 +44,7 @@ class Param:
     minimum: int | None = None
     maximum: int | None = None
     help: str = ""
+    why: str = ""  # why the maximum is what it is, said when a value exceeds it
 
     def check(self, value: Any, owner: str = "") -> Any:
         """``value`` if it is in the domain, else a PlanError naming the
@@ -58,5 +59,6 @@ class Param:
         if self.maximum is None and self.minimum is not None and value < self.minimum:
             raise PlanError(f"{name} must be a whole number >= {self.minimum}, got {value}")
         if self.minimum is not None and value < self.minimum or self.maximum is not None and value > self.maximum:
-            raise PlanError(f"{name} must be in [{self.minimum}, {self.maximum}], got {value}")
+            because = f" ({self.why})" if self.why and self.maximum is not None and value > self.maximum else ""
+            raise PlanError(f"{name} must be in [{self.minimum}, {self.maximum}], got {value}{because}")
         return value

@@ -161,14 +161,17 @@ def plan_lookup(plan: str, backend: str, ranks: int, dtype: str, gpus: Sequence[
     collective's plan for this machine; a file must match the collective."""
     canonical_dtype, _ = resolve_dtype(dtype)
     loaded: dict[str, TunedCollective] = {}
+    # A plan file is read now, not at the first size measured: a missing or
+    # corrupt file is refused before the bench prints or measures anything.
+    from_file = None if plan == "auto" else load_plan(plan, canonical_dtype, ranks, gpus=gpus, backend=backend)
 
     def tuned(name: str) -> TunedCollective:
         if name not in loaded:
-            if plan == "auto":
+            if from_file is None:
                 loaded[name] = load_plan(name, canonical_dtype, ranks, gpus=gpus, backend=backend, results_dir=results_dir)
             else:
-                loaded[name] = load_plan(plan, canonical_dtype, ranks, gpus=gpus, backend=backend)
-                _check_matches(loaded[name], name, canonical_dtype)
+                _check_matches(from_file, name, canonical_dtype)
+                loaded[name] = from_file
         return loaded[name]
 
     def lookup(inst: Instance, nbytes: int) -> RunConfig:

@@ -13,9 +13,15 @@ import yaml
 def read_yaml(path: str | Path, error: type[Exception]) -> Any:
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    # Decoded here, not by read_text(): a binary file (a PNG, a plan database
+    # passed by mistake) is the user's input, so it is one line, not a traceback.
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not a YAML file: not UTF-8 text (byte {exc.start})") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -4,18 +4,25 @@ baseline, from the rows `purlin bench --json` writes."""
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from purlin_bench.atomic import MODE, WriteError
 from purlin_bench.errors import PurlinError
 
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:
     try:
-        data = json.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
     except OSError as exc:
         raise PurlinError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    # A binary file (the PNG itself, given by mistake) is bad input: one line.
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PurlinError(f"{path}: not a purlin bench result: not UTF-8 text (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise PurlinError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
     rows = data.get("results") if isinstance(data, dict) else None
@@ -58,8 +65,16 @@ def plot_rows(rows: list[dict[str, Any]], out: str | Path, title: str) -> None:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    # Written beside the target and renamed, as atomic.py does for text: a
+    # reader never sees half an image, a failure leaves no temp file, and the
+    # mode is atomic.MODE whatever the umask (savefig's open() follows it).
     tmp = out.with_name(f".{out.name}.tmp{out.suffix}")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(out)
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.chmod(tmp, MODE)
+        tmp.replace(out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise WriteError(f"{out}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)

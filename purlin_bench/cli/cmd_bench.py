@@ -14,7 +14,7 @@ from purlin_bench.bench import nccl_log
 from purlin_bench.bench.report import TableLayout, summary, write_csv, write_json
 from purlin_bench.bench.run import Choice, configs_for, instances
 from purlin_bench.bench.sizes import sweep
-from purlin_bench.cli import common
+from purlin_bench.cli import common, limits, outputs
 from purlin_bench.dtypes import REDOPS, resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.measurement import MeasurementService
@@ -65,6 +65,13 @@ def bench(
     fmt: str = typer.Option(AUTO, "--format", help=f"stdout layout: {' | '.join(FORMATS)}; auto: table on a terminal, nccl-tests' text otherwise (logs its readers parse)"),
 ) -> None:
     """Measure collectives like nccl-tests: time, algbw, busbw, #wrong, in and out of place."""
+    outputs.check_output(json_out, "--json")
+    outputs.check_output(csv_out, "--csv")
+    outputs.check_plot(plot_out, "--plot")
+    outputs.check_distinct(("--json", json_out), ("--csv", csv_out), ("--plot", plot_out))
+    limits.check_choice(check, "--check", (0, 1))
+    limits.check_plan_param("channels", channels, "--channels")
+    limits.check_bench(collective, maxbytes, backend, ranks, gpus, datatype, inplace)
     dtype, _ = resolve_dtype(datatype)
     if fmt not in FORMATS:
         raise PurlinError(f"unknown --format '{fmt}' (known: {', '.join(FORMATS)})")

@@ -13,6 +13,7 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from purlin_bench.cli import check_matrix as m
+from purlin_bench.cli.limits import check_check
 from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, note
 from purlin_bench.cli.targets import many_specs
 from purlin_bench.backends import AUTO, REFERENCE, names, resolve
@@ -138,6 +139,7 @@ def check(
         redops=m.parse_redops(op),
         inplace=_inplace_modes(inplace, inplace_mode),
     )
+    check_check(request, chosen)  # bounds first: expand instantiates every combination
     items = list(m.expand(request))
     if not any(isinstance(item, m.Job) or item.failed for item in items):  # a refused spec is reported below
         first = next((o.note for o in items if isinstance(o, m.Outcome) and o.note), "")

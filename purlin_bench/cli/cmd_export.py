@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from purlin_bench.atomic import write_text_atomic
+from purlin_bench.cli.outputs import check_output
 from purlin_bench.export import formats, render, require_format
 from purlin_bench.planfile import load_plan_file
 
@@ -23,6 +24,7 @@ def export(
 ) -> None:
     """Export a tuned plan: json (docs/plan.schema.json), csv, or a C/C++ header."""
     require_format(fmt)
+    check_output(output, "--output")
     collective = None
     if spec is not None:
         from purlin_bench.spec.loader import load_spec_file

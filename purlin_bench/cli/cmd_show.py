@@ -7,6 +7,7 @@ from typing import Optional
 import typer
 
 from purlin_bench.cli.common import console
+from purlin_bench.cli.limits import check_plan_param, check_ranks
 from purlin_bench.cli.targets import one_spec
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PurlinError
@@ -41,6 +42,8 @@ def show(
         raise PurlinError(f"--count must be >= 0, got {count}")
     if channels < 1:
         raise PurlinError(f"--channels must be >= 1, got {channels}")
+    check_ranks([ranks])
+    check_plan_param("channels", channels, "--channels")
     name, np_dtype = resolve_dtype(dtype)
     inst = instantiate(spec, ranks, count, np_dtype.itemsize, root if spec.rooted else 0)
     if strategy == "auto":

@@ -13,7 +13,7 @@ import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from purlin_bench.cli import common
+from purlin_bench.cli import common, limits, outputs
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.backends import AUTO, names, resolve as resolve_backend
 from purlin_bench.errors import PurlinError
@@ -51,10 +51,18 @@ def tune(
 ) -> int:
     # Imported here: they pull Optuna's storage layer and the planner in.
     from purlin_bench.tune.driver import TuneRequest, plan_jobs, run_tune
-    from purlin_bench.tune.storage import default_storage_url, open_storage
+    from purlin_bench.tune.storage import check_url, default_storage_url, open_storage
     from purlin_bench.tune.sweep import resolve_sweep
     from purlin_bench.tune.tuner import SAMPLERS, TuneSettings
 
+    limits.check_given(sizes, "--sizes")
+    limits.check_given(ranks, "--ranks")
+    limits.check_given(dtype, "--dtype")
+    if ranks:
+        limits.check_ranks(common.int_list(ranks, "--ranks", minimum=1))
+    if storage is not None:
+        check_url(storage)
+    outputs.check_output_dir(out, "--out")
     if sampler not in SAMPLERS:
         raise PurlinError(f"unknown sampler '{sampler}' (known: {', '.join(SAMPLERS)})")
     if trials is not None and trials < 1:

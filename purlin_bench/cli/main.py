@@ -12,7 +12,9 @@ options) print one line on stderr and exit non-zero; a traceback means a bug.
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 
 import typer
@@ -36,7 +38,7 @@ COMMANDS = {
     "bench": "Measure collectives like nccl-tests: time, algbw, busbw, #wrong, in and out of place.",
     "plot": "Plot bus bandwidth and latency against size, one line per strategy and baseline.",
     "tune": "Tune strategies and datapath parameters per message-size bucket.",
-    "export": "Export a tuned plan: json, csv, a C/C++ header or an NCCL tuner table.",
+    "export": "Export a tuned plan: json, csv or a C/C++ header.",
 }
 # -h is --help in every command (nccl-tests' -h too); click inherits it
 # from the group's context into each command's.
@@ -100,6 +102,15 @@ def run(argv: list[str] | None = None) -> int:
     try:
         result = app(args=argv, prog_name="purlin", standalone_mode=False)
         code = result if isinstance(result, int) else 0
+        sys.stdout.flush()  # here, not at exit: a full disk is then caught below
+    except BrokenPipeError:  # stdout's reader went away (`| head`)
+        code = _stdout_lost("the reader of stdout closed it")
+    except OSError as exc:
+        # Files purlin writes go through atomic.py (one WriteError line); an
+        # OSError of these kinds reaching here is stdout's own (> /dev/full).
+        if exc.errno not in _STDOUT_ERRNOS:
+            raise
+        code = _stdout_lost(exc.strerror or str(exc))
     except typer.Exit as exc:
         code = exc.exit_code
     except typer.Abort:
@@ -121,6 +132,20 @@ def run(argv: list[str] | None = None) -> int:
     if argv is None:
         sys.exit(code)
     return code
+
+
+_STDOUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EPIPE}
+
+
+def _stdout_lost(why: str) -> int:
+    """One line for output that could not be written; stdout is pointed at
+    /dev/null so the interpreter's last flush at exit cannot fail again."""
+    common.error(f"cannot write to stdout: {why}")
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # stdout has no file descriptor (captured in a test): nothing to flush at exit
+    return 1
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import numpy as np
 from purlin_bench.dtypes import accumulate
 from purlin_bench.errors import SpecError
 from purlin_bench.spec.expr import ExprError
-from purlin_bench.spec.loader import CollectiveSpec
+from purlin_bench.spec.loader import MAX_CHUNKS, CollectiveSpec
 
 ChunkKey = tuple  # ("c", 3) or ("c",)
 
@@ -154,15 +154,24 @@ def _run_position(inner, outer) -> int | None:
     return next((p for p in range(len(large) - len(small) + 1) if large[p : p + len(small)] == small), None)
 
 
+# The most ranks anything is built for. Two things hold only up to 64: the
+# exact inputs (sums of values in [-4, 4] over 64 ranks stay below 256, which
+# bfloat16 still holds: purlin_bench/inputs.py) and the GPU kernel's slice
+# bases, kept in shared memory for 64 ranks (MAX_SHARED_BASES in atoms/snac.cu).
+MAX_RANKS = 64
+MAX_RANKS_WHY = "exact checked inputs and the GPU kernel's shared-memory slice bases hold for at most 64"
+
+
 def _layouts(spec: CollectiveSpec, side: str, ranks: int, root: int) -> list[list[ChunkKey]]:
     entries = spec.input if side == "input" else spec.output
     result = []
     for r in range(ranks):
         env = {"r": r, "R": ranks, "root": root}
+        budget = [MAX_CHUNKS]  # loop iterations left, shared by this rank's entries
         keys: list[ChunkKey] = []
         for entry in entries:
             try:
-                keys.extend(entry.expand(env))
+                keys.extend(entry.expand(env, budget))
             except ExprError as exc:
                 raise SpecError(f"{spec.source}: {entry.where}: {exc} (rank {r} of {ranks})") from None
         result.append(keys)
@@ -198,6 +207,8 @@ def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, roo
     """Instantiate ``spec`` and validate its semantics for this rank count."""
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise SpecError(f"ranks must be a positive whole number, got {ranks!r}")
+    if ranks > MAX_RANKS:
+        raise SpecError(f"{ranks} ranks is more than the {MAX_RANKS} supported: {MAX_RANKS_WHY}")
     if not spec.supports_ranks(ranks):
         raise SpecError(f"{spec.name} does not support {ranks} ranks (requires {spec.requires.text})")
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:

@@ -37,6 +37,13 @@ _CHUNK = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\((.*)\))?\s*$")
 # Other rank counts are validated when instantiated (instantiate raises
 # SpecError for that R only), so a spec broken at R = 9 fails where it is used.
 LOAD_CHECK_RANKS = range(1, 9)
+# Most loop iterations one rank's buffer (input or output) may take when a
+# spec is instantiated. All-to-all at 64 ranks lists 64 chunks a rank, two
+# nested range(R) loops 4160 iterations; a loop over range(10**9) would take
+# hours and all memory before anything failed, so each loop's length is
+# checked against what is left before it runs. (Python evaluates about 250k
+# iterations a second, and a program has at most planner.MAX_STEPS steps.)
+MAX_CHUNKS = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -63,9 +70,13 @@ class LayoutEntry:
     loops: tuple[Loop, ...]
     when: Expr | None
 
-    def expand(self, env: dict[str, Any]) -> list[tuple]:
-        """The chunk keys this entry lists for one rank, in order."""
+    def expand(self, env: dict[str, Any], budget: list[int] | None = None) -> list[tuple]:
+        """The chunk keys this entry lists for one rank, in order.
+        ``budget`` (one mutable number, shared across calls) is how many loop
+        iterations are left; a loop that would take more is refused before it
+        runs (ExprError)."""
         keys: list[tuple] = []
+        budget = [MAX_CHUNKS] if budget is None else budget
 
         def walk(depth: int, scope: dict[str, Any]) -> None:
             if depth == len(self.loops):
@@ -73,7 +84,15 @@ class LayoutEntry:
                     keys.append((self.name, *(a.int(scope) for a in self.args)))
                 return
             loop = self.loops[depth]
-            for value in loop.values(scope):
+            values = loop.values(scope)
+            try:
+                n = len(values)
+            except OverflowError:  # longer than sys.maxsize
+                n = MAX_CHUNKS + 1
+            if n > budget[0]:
+                raise ExprError(f"loop '{loop.var}' would take more than {MAX_CHUNKS} iterations for one rank's buffer (R={env.get('R')}): at most {MAX_CHUNKS}, so that a spec is built in seconds, not hours")
+            budget[0] -= n
+            for value in values:
                 walk(depth + 1, {**scope, loop.var: value})
 
         walk(0, env)

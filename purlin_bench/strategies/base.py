@@ -23,9 +23,18 @@ from purlin_bench.spec.instance import Flow, Instance
 ALIGN_BYTES = 16
 
 
+# Most channels a rank may have. Each is a thread-block group on a GPU; 64
+# per rank is already more groups than an H200's 132 SMs hold for 8 ranks, and
+# a program's steps grow with channels against planner.MAX_STEPS. Without a
+# bound, --channels 100000 spent minutes building empty step lists.
+MAX_CHANNELS = 64
+
 COMMON_PARAMS = (
     Param("slice_bytes", 0, minimum=0, help="bytes per slice (pipelining unit); 0 picks per strategy"),
-    Param("channels", 1, minimum=1, help="independent step lists per rank (thread-block groups on a GPU)"),
+    Param(
+        "channels", 1, minimum=1, maximum=MAX_CHANNELS, help="independent step lists per rank (thread-block groups on a GPU)",
+        why=f"each channel is a thread-block group on a GPU; more than {MAX_CHANNELS} per rank outnumber the SMs and only add steps",
+    ),
 )
 
 

@@ -51,6 +51,24 @@ def default_storage_url(out_dir: str | Path) -> str:
     return f"sqlite:///{(Path(out_dir) / DB_NAME).resolve()}"
 
 
+def check_url(url: str) -> None:
+    """A --storage URL a user typed, checked before any tune starts: not
+    empty (that is no storage, not the default), and a SQLite file's folder
+    must exist. open_storage creates the default's folder (the plan folder);
+    a folder named in a URL is the user's, and a typo there would otherwise
+    leave a new tree holding studies nobody finds."""
+    if not url.strip():
+        raise StorageError("--storage is empty (leave it out for the default, sqlite:///OUT/tune.db)")
+    if url.startswith("sqlite:///"):
+        path = url[len("sqlite:///"):].split("?", 1)[0]
+        if path and path != ":memory:":
+            folder = Path(path).parent
+            if not folder.is_dir():
+                raise StorageError(f"--storage {display_url(url)}: folder {folder} does not exist")
+            if Path(path).is_dir():
+                raise StorageError(f"--storage {display_url(url)}: {path} is a folder, not a database file")
+
+
 def display_url(url: str) -> str:
     """The URL with any password hidden, for messages."""
     try:
