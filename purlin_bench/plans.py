@@ -7,7 +7,7 @@
 
 ``load_plan`` takes a plan file, or a collective name: then it looks in
 ``results/<gpu-type>/<collective>-<layout>-<dtype>.json`` for the GPU type and
-rank layout of this machine (the CPU reference: "cpu"). A plan tuned on another GPU type
+rank layout of this machine (the CPU reference: "cpu", in ``results-cpu/``). A plan tuned on another GPU type
 or layout is refused with what differs; ``override=True`` runs it anyway.
 """
 
@@ -32,6 +32,9 @@ from purlin_bench.spec.loader import CollectiveSpec, resolve
 from purlin_bench.tune.effective import for_backend
 
 DEFAULT_RESULTS = "results"
+# Plans of CPU (or modelled) timings say nothing of a GPU and differ on every
+# machine: they go beside the tracked results/, in a folder git ignores.
+CPU_RESULTS = "results-cpu"
 _RUNNERS_KEPT = 8  # prepared programs per tuned collective (one per message size in use)
 
 
@@ -126,7 +129,7 @@ def load_plan(
     *,
     gpus: Sequence[int] | None = None,
     backend: str | None = None,
-    results_dir: str | Path = DEFAULT_RESULTS,
+    results_dir: str | Path | None = None,
     override: bool = False,
     spec: CollectiveSpec | None = None,
 ) -> TunedCollective:
@@ -147,15 +150,41 @@ def load_plan(
         canonical_dtype, _ = resolve_dtype(dtype)
         run_backend = backend or _natural_backend()
         here = _machine(run_backend, ranks or 8, gpus)
-        path = plan_path(results_dir, here.gpu_type, collective, here.layout, canonical_dtype)
+        folder = results_dir if results_dir is not None else default_results_dir(run_backend)
+        path = plan_path(folder, here.gpu_type, collective, here.layout, canonical_dtype)
         if not path.exists():
-            raise ArtifactError(f"no tuned plan for {collective} {canonical_dtype} on {here.describe()}: {path} does not exist (run: purlin tune {collective} --dtype {canonical_dtype})")
+            hint = tune_hint(collective, canonical_dtype, run_backend, ranks or 8, gpus, results_dir)
+            raise ArtifactError(f"no tuned plan for {collective} {canonical_dtype} on {here.describe()}: {path} does not exist (run: {hint})")
         plan = load_plan_file(path, spec)
     _check_fits(plan, here, str(path), override)
     return TunedCollective(plan, spec or _spec_of(plan, str(path)), run_backend, str(path))
 
 
-def plan_lookup(plan: str, backend: str, ranks: int, dtype: str, gpus: Sequence[int] | None = None, results_dir: str | Path = DEFAULT_RESULTS) -> Callable[[Instance, int], RunConfig]:
+def default_results_dir(backend: str) -> str:
+    """Where ``purlin tune`` writes, and ``load_plan`` looks for, plans timed
+    on ``backend`` unless a folder is given."""
+    return DEFAULT_RESULTS if backend_class(backend).timing_kind == "gpu" else CPU_RESULTS
+
+
+def tune_hint(collective: str, dtype: str, backend: str, ranks: int, gpus: Sequence[int] | None, results_dir: str | Path | None) -> str:
+    """The ``purlin tune`` command that writes the plan looked for, chosen to
+    finish in minutes where it is suggested: a GPU gets the quick sweep (the
+    default one takes hours), the CPU reference its own short defaults."""
+    words = ["purlin", "tune", collective, "--dtype", dtype]
+    if backend_class(backend).timing_kind == "gpu":
+        words += ["--sweep", "quick"]
+    if backend != _natural_backend():
+        words += ["--backend", backend]
+    if gpus:
+        words += ["--gpus", ",".join(str(g) for g in gpus)]
+    elif ranks != 8:  # the built-in sweeps' rank count
+        words += ["--ranks", str(ranks)]
+    if results_dir is not None and str(results_dir) != default_results_dir(backend):
+        words += ["--out", str(results_dir)]
+    return " ".join(words)
+
+
+def plan_lookup(plan: str, backend: str, ranks: int, dtype: str, gpus: Sequence[int] | None = None, results_dir: str | Path | None = None) -> Callable[[Instance, int], RunConfig]:
     """For ``purlin bench --plan FILE|auto``: (instance, message bytes) ->
     the plan's configuration, as ``backend`` runs it. ``auto`` finds each
     collective's plan for this machine; a file must match the collective."""
@@ -219,4 +248,4 @@ def _spec_of(plan: PlanArtifact, source: str) -> CollectiveSpec:
         raise ArtifactError(f"{source}: {exc} (pass spec= for a plan of your own collective)") from None
 
 
-__all__ = ["TunedCollective", "load_plan", "plan_lookup"]
+__all__ = ["TunedCollective", "default_results_dir", "load_plan", "plan_lookup", "tune_hint"]

@@ -82,7 +82,7 @@ def test_outputs_match_the_reference(results, collective, nbytes):
 
 
 def test_by_collective_needs_a_plan_for_this_machine(tmp_path):
-    with pytest.raises(ArtifactError, match=r"no tuned plan for all-reduce float32 on cpu .*4vr.*does not exist \(run: purlin tune all-reduce --dtype float32\)"):
+    with pytest.raises(ArtifactError, match=r"no tuned plan for all-reduce float32 on cpu .*4vr.*does not exist \(run: purlin tune all-reduce --dtype float32 --ranks 4 --out \S+\)"):
         load_plan("all-reduce", "float32", RANKS, results_dir=tmp_path)
 
 

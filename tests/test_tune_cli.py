@@ -81,7 +81,7 @@ def test_every_trial_is_checked_and_timed_at_each_probe_size(capsys, tmp_path, t
     monkeypatch.setattr(MeasurementService, "prepare", lambda self, inst, config, dtype, *a, **kw: checked.append((config, inst.count)) or prepare(self, inst, config, dtype, *a, **kw))
     monkeypatch.setattr(MeasurementService, "compare", lambda self, inst, configs, dtype, *a, **kw: timed.extend((c, inst.count) for c in configs.values()) or compare(self, inst, configs, dtype, *a, **kw))
     out = tmp_path / "results"
-    code, _, _ = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", out, "--sizes", "8,16K", "--max-bytes", "8K", "--confirm", "0")
+    code, _, _ = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", out, "--sizes", "8,16K,32K", "--max-bytes", "16K", "--confirm", "0")
     assert code == 0
     # [8, 16K) of float32: 8 B, 256 B and 8 KiB are 2, 64 and 2048 elements
     probes = {2, 64, 2048}
@@ -171,7 +171,7 @@ def test_bad_sweeps(capsys, tmp_path, text, needle):
         (["tune", "all-reduce", "--sizes", "8,lots"], "--sizes: expected a size like"),
         (["tune", "all-reduce", "--sizes", "8,1.5"], "--sizes: '1.5' is not a whole number of bytes"),
         (["tune", "all-reduce", "--max-bytes=-1K"], "--max-bytes: must not be negative"),
-        (["tune", "all-reduce", "--max-bytes", "4"], "no size bucket starts at or below --max-bytes 4"),
+        (["tune", "all-reduce", "--max-bytes", "4"], "no size bucket ends at or below --max-bytes 4"),
         (["tune", "all-reduce", "--storage", "nosuchdb://x/y"], "cannot open study storage nosuchdb://x/y"),
     ],
 )

@@ -85,7 +85,12 @@ def test_digest_ignores_comments_but_not_the_space(tmp_path):
 def test_sizes_override_and_cap():
     sweep = parse_sweep(GOOD, "t")
     assert [b.min_bytes for b in sweep.with_sizes([16, 1024]).buckets] == [16, 1024]
-    assert [b.min_bytes for b in sweep.capped(65536).buckets] == [8, 65536]
+    # GOOD's buckets: [8, 64K), [64K, 1M), [1M, inf). A cap keeps those that
+    # end at or below it; the unbounded one ends at its only probe, its lower edge.
+    assert [b.min_bytes for b in sweep.capped(65536).buckets] == [8]
+    assert [b.min_bytes for b in sweep.capped((1 << 20) - 1).buckets] == [8]
+    assert [b.min_bytes for b in sweep.capped(1 << 20).buckets] == [8, 65536, 1 << 20]
+    assert sweep.capped(65535).buckets == ()
 
 
 def test_sweep_files_read_sizes_with_the_cli_grammar():

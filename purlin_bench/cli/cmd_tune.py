@@ -6,6 +6,9 @@ Optuna is imported only once a tune starts (it costs about a second), so
 
 from __future__ import annotations
 
+import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -28,7 +31,9 @@ One Optuna study per (GPU type, rank layout, collective, dtype, size bucket);
 every trial's outputs are checked against the reference before its time counts.
 Winners go to OUT/<gpu-type>/<collective>-<layout>-<dtype>.json. Studies live in
 --storage (default sqlite:///OUT/tune.db): rerunning the same command resumes
-them, and workers given the same URL (e.g. postgresql://...) share them.
+them (a complete plan is left as it is unless --force), and workers given the
+same URL (e.g. postgresql://...) share them. On the CPU reference a default
+tune is short: small buckets and few trials, said in a note.
 """
 
 
@@ -44,16 +49,18 @@ def tune(
     seed: Optional[int] = typer.Option(None, "--seed", help="sampler seed (each study derives its own)"),
     confirm: int = typer.Option(3, "--confirm", help="re-measure the 3 fastest and the default this many rounds before picking; the default stays unless beaten by 2% (0: take the study's best)"),
     storage: Optional[str] = typer.Option(None, "--storage", help="study storage URL [default: sqlite:///OUT/tune.db]"),
-    out: Path = typer.Option(Path("results"), "--out", help="folder of plan artifacts"),
+    out: Optional[Path] = typer.Option(None, "--out", help="folder of plan artifacts [default: results/ on a GPU, results-cpu/ (git-ignored) for CPU timings]"),
     backend: str = typer.Option(AUTO, "--backend", help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable)"),
     sizes: Optional[str] = typer.Option(None, "--sizes", help="override the sweep's size buckets, e.g. 8,64K,1M"),
-    max_bytes: Optional[str] = typer.Option(None, "--max-bytes", help="skip buckets starting above this size [default: the backend's: none on a GPU, 64M on the CPU reference]"),
+    max_bytes: Optional[str] = typer.Option(None, "--max-bytes", help="keep only buckets that end at or below this size [default: the backend's: none on a GPU, 64K on the CPU reference]"),
+    force: bool = typer.Option(False, "--force", help="confirm the finalists again and rewrite plans that are already complete"),
 ) -> int:
     # Imported here: they pull Optuna's storage layer and the planner in.
     from purlin_bench.tune.driver import TuneRequest, plan_jobs, run_tune
     from purlin_bench.tune.storage import check_url, default_storage_url, open_storage
     from purlin_bench.tune.sweep import resolve_sweep
     from purlin_bench.tune.tuner import SAMPLERS, TuneSettings
+    from purlin_bench.plans import default_results_dir
 
     limits.check_given(sizes, "--sizes")
     limits.check_given(ranks, "--ranks")
@@ -81,16 +88,10 @@ def tune(
     devices = common.gpu_devices(gpus, backend_cls)
     if sizes:
         chosen = chosen.with_sizes([parse_bytes(s, "--sizes") for s in common.name_list(sizes)])
-    # A CPU reference's times mean nothing for a GPU and its memory is the
-    # machine's: the backend says how far a tune goes unless asked.
-    cap = max_bytes or backend_cls.default_tune_max
-    if cap:
-        kept = chosen.capped(parse_bytes(cap, "--max-bytes"))
-        if not kept.buckets:
-            raise PurlinError(f"no size bucket starts at or below --max-bytes {cap}")
-        if len(kept.buckets) < len(chosen.buckets) and not max_bytes:
-            notes.append(f"{backend_cls.name} backend: skipping buckets above {cap} (--max-bytes to change)")
-        chosen = kept
+    chosen, trials, short = _backend_limits(backend_cls, chosen, max_bytes, trials)
+    if short:
+        notes.append(short)
+    out = out if out is not None else Path(default_results_dir(backend_cls.name))
     dtypes = tuple(resolve_dtype(d)[0] for d in common.name_list(dtype)) if dtype else chosen.dtypes
     rank_counts = tuple(common.int_list(ranks, "--ranks", minimum=1)) if ranks else chosen.ranks
     request = TuneRequest(
@@ -103,6 +104,7 @@ def tune(
         settings=TuneSettings(trials=trials or chosen.trials, sampler=sampler, seed=seed, timeout_s=timeout, confirm_rounds=confirm),
         storage_url=storage or default_storage_url(out),
         out_dir=out,
+        force=force,
     )
     study_storage = open_storage(request.storage_url)
     for message in notes:
@@ -112,13 +114,19 @@ def tune(
         raise PurlinError("nothing to tune: no collective supports the asked rank counts")
     studies = len(jobs) * len(chosen.buckets)
     with common.progress_bar() as progress:
-        reporter = _ProgressReporter(progress, studies * request.settings.trials, request.settings.trials)
-        results = run_tune(request, reporter, study_storage)
+        reporter = _ProgressReporter(progress, studies, request.settings.trials)
+        try:
+            results = run_tune(request, reporter, study_storage)
+        except KeyboardInterrupt:
+            # Every finished trial is in storage already; the running one is queued again.
+            progress.stop()
+            print(f"interrupted: {reporter.kept} trials kept; rerun the same command to resume", file=sys.stderr, flush=True)
+            raise typer.Exit(130) from None
     for message in reporter.notes:
         common.note(message)
     common.console.print(_winners(results, backend_cls.timing_kind != "gpu"))
     for result in results:
-        if result.path is not None:
+        if result.path is not None and not result.up_to_date:  # an up-to-date one was said in the progress
             common.console.print(f"wrote {result.path}", highlight=False)
     missing = [b for r in results for b in r.buckets if b.entry is None]
     if missing:
@@ -126,23 +134,68 @@ def tune(
     return 0
 
 
-class _ProgressReporter:
-    """A tune.driver.Reporter that draws one bar over all studies: each study is worth ``trials`` steps,
-    advanced per finished trial and topped up when the study ends (a resumed
-    study may already hold most of its trials)."""
+def _backend_limits(backend_cls, chosen, max_bytes: str | None, trials: int | None):
+    """The sweep and trial count the backend's defaults leave, and the one
+    note that says what they cut. A CPU reference's times mean nothing for a
+    GPU and its memory and cores are the machine's: unless asked, a tune
+    there keeps to small buckets and few trials, so it ends in about a minute."""
+    cuts = []
+    cap = max_bytes or backend_cls.default_tune_max
+    if cap:
+        kept = chosen.capped(parse_bytes(cap, "--max-bytes"))
+        if not kept.buckets:
+            if max_bytes:
+                raise PurlinError(f"no size bucket ends at or below --max-bytes {cap}")
+            # The backend's cap is a default, not a refusal: the smallest bucket is as small as this sweep goes.
+            kept = replace(chosen, buckets=chosen.buckets[:1])
+        if len(kept.buckets) < len(chosen.buckets) and not max_bytes:
+            cuts.append(f"{len(kept.buckets)} of {len(chosen.buckets)} size buckets (up to {kept.buckets[-1].text()})")
+        chosen = kept
+    # Class attribute of the backends that want one (the port has none); a sweep asking fewer is left alone.
+    short_trials = getattr(backend_cls, "default_tune_trials", None)
+    if trials is None and short_trials and chosen.trials > short_trials:
+        cuts.append(f"{short_trials} trials per study, not the sweep's {chosen.trials}")
+        trials = short_trials
+    note = f"{backend_cls.name} backend: a short tune: {' and '.join(cuts)} (--max-bytes and --trials to change)" if cuts else None
+    return chosen, trials, note
 
-    def __init__(self, progress: Progress, total: int, per_study: int):
+
+class _ProgressReporter:
+    """A tune.driver.Reporter. On a terminal, one transient bar over all
+    studies; on every stderr, a terminal or a log, one plain line per study
+    once its finals are done (trials, elapsed, an estimate of the time left),
+    and a line when a study resumes with trials already in storage."""
+
+    def __init__(self, progress: Progress, studies: int, per_study: int):
         self.progress = progress
+        self.studies = studies
         self.per_study = per_study
-        self.task = progress.add_task("tune", total=total)
+        self.task = progress.add_task("tune", total=studies * per_study)
         self.done_in_study = 0
+        self.finished = 0  # studies settled
+        self.kept = 0  # finished trials in storage for this tune's studies: what an interruption keeps
+        self.started = time.monotonic()
+        self.measured_s = 0.0  # time spent in studies that ran (up-to-date plans cost none)
+        self.measured = 0
+        self.study_started_at = self.started
         self.notes: list[str] = []
+
+    def _line(self, text: str) -> None:
+        # Through the bar's console, so that on a terminal the line lands above the bar.
+        self.progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def study_resumed(self, name: str, bucket, kept: int, wanted: int) -> None:
+        self.kept += kept
+        more = f", {wanted - kept} to run" if kept < wanted else ", none to run"
+        self._line(f"resuming {_label(name, bucket.text())}: {kept} finished trials kept{more}")
 
     def study_started(self, name: str) -> None:
         self.done_in_study = 0
-        self.progress.update(self.task, description=name.removeprefix("purlin/").rsplit("/space-", 1)[0])
+        self.study_started_at = time.monotonic()
+        self.progress.update(self.task, description=_label(name))
 
     def trial_finished(self, name: str, result) -> None:
+        self.kept += 1
         if self.done_in_study < self.per_study:
             self.done_in_study += 1
             self.progress.advance(self.task)
@@ -150,9 +203,42 @@ class _ProgressReporter:
     def study_finished(self, name: str, outcome) -> None:
         self.progress.advance(self.task, self.per_study - self.done_in_study)
         self.done_in_study = self.per_study
+        self.progress.update(self.task, description=f"{_label(name)}: confirming the finalists")
+
+    def bucket_done(self, result) -> None:
+        self.finished += 1
+        self.measured += 1
+        self.measured_s += time.monotonic() - self.study_started_at
+        o = result.outcome
+        stop = "" if o.stop == "done" else f", stopped: {o.stop}"
+        winner = "no correct configuration" if result.entry is None else f"winner {result.entry.config.text()}"
+        self._line(f"study {self.finished}/{self.studies} {_label(o.name, result.bucket.text())}: {o.finished}/{o.wanted} trials ({o.ran} run now){stop}, finals done, {winner}; {self._clock()}")
+
+    def job_up_to_date(self, result) -> None:
+        for b in result.buckets:
+            self.finished += 1
+            self.kept += b.outcome.finished
+            self.progress.advance(self.task, self.per_study)
+        self._line(f"up to date: {result.path} holds every bucket's trials ({len(result.buckets)} buckets); nothing measured (--force to confirm again and rewrite)")
+
+    def _clock(self) -> str:
+        elapsed = time.monotonic() - self.started
+        left = self.studies - self.finished
+        if not left:
+            return f"{elapsed:.0f} s elapsed"
+        per_study = self.measured_s / self.measured if self.measured else 0.0
+        return f"{elapsed:.0f} s elapsed, about {per_study * left:.0f} s left"
 
     def note(self, message: str) -> None:
         self.notes.append(message)  # printed after the bar, which is transient
+
+
+def _label(study: str, bucket: str | None = None) -> str:
+    """purlin/<gpu>/<layout>/<collective>/<dtype>/<bucket>/at-.../space-... -> '<collective> <dtype> <layout> <bucket>'."""
+    parts = study.split("/")
+    if len(parts) < 6:
+        return study
+    return f"{parts[3]} {parts[4]} {parts[2]} {bucket or parts[5]}"
 
 
 def _winners(results, reference_times: bool) -> Table:

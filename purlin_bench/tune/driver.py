@@ -31,7 +31,7 @@ from purlin_bench.tune.finals import pick
 from purlin_bench.tune.measure import ServiceBench
 from purlin_bench.tune.storage import lost_storage, open_storage, storage_errors
 from purlin_bench.tune.sweep import Bucket, Sweep, format_bytes
-from purlin_bench.tune.tuner import StudyOutcome, StudySpec, TrialResult, TuneSettings, run_study
+from purlin_bench.tune.tuner import StudyOutcome, StudySpec, TrialResult, TuneSettings, count_finished, run_study
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class TuneRequest:
     settings: TuneSettings
     storage_url: str
     out_dir: Path
+    force: bool = False  # confirm the finalists again and rewrite a plan that is already complete
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,9 @@ class BucketResult:
 @dataclass(frozen=True)
 class JobResult:
     job: Job
-    path: Path | None  # the artifact written, if any bucket has a winner
+    path: Path | None  # the artifact written (or found complete), if any bucket has a winner
     buckets: tuple[BucketResult, ...]
+    up_to_date: bool = False  # the plan already held every bucket's trials: nothing measured or written
 
 
 class Reporter:
@@ -80,6 +82,15 @@ class Reporter:
     def trial_finished(self, name: str, result: TrialResult) -> None: ...
 
     def study_finished(self, name: str, outcome: StudyOutcome) -> None: ...
+
+    def study_resumed(self, name: str, bucket: Bucket, kept: int, wanted: int) -> None:
+        """Before study_started, when storage already holds ``kept`` of its finished trials."""
+
+    def bucket_done(self, result: "BucketResult") -> None:
+        """After the study and its finals: the bucket's entry is settled."""
+
+    def job_up_to_date(self, result: "JobResult") -> None:
+        """A job skipped: its plan already holds every bucket's trials."""
 
     def note(self, message: str) -> None: ...
 
@@ -110,12 +121,21 @@ def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter
     backend = make(backend_class(request.backend), job.ranks, request.gpus)
     fp = backend.fingerprint()
     path = plan_path(request.out_dir, fp.gpu_type, job.spec.name, fp.layout, job.dtype)
+    previous = _previous_plan(path, job.spec, reporter)
+    names = [study_name(fp, job.spec.name, job.dtype, b, request.sweep) for b in request.sweep.buckets]
+    # Before any kernel is built: a complete plan costs a rerun nothing.
+    done = None if request.force else _complete(previous, request, job, fp.layout, names)
+    if done is not None:
+        result = JobResult(job, path, done, up_to_date=True)
+        reporter.job_up_to_date(result)
+        return result
     bench = ServiceBench(MeasurementService(backend), job.spec, job.dtype)
     started = time.monotonic()
     variants = bench.warm_up()
     if variants:
         reporter.note(f"{job.spec.name} {job.dtype}: {variants} kernel variants ready in {time.monotonic() - started:.1f} s, before the studies' clocks start")
-    tuning = _JobTuning(request, job, fp, bench, _previous_entries(path, job.spec, reporter), storage, reporter)
+    previous_entries = {e.min_bytes: e.config for e in previous.entries} if previous else {}
+    tuning = _JobTuning(request, job, fp, bench, previous_entries, storage, reporter)
     results = tuple(tuning.bucket(b) for b in request.sweep.buckets)
     entries = tuple(r.entry for r in results if r.entry is not None)
     if not entries:
@@ -164,13 +184,18 @@ class _JobTuning:
             previous=self.previous.get(bucket.min_bytes),
         )
         bench.prime(spec.default, bucket)
+        kept = _finished_in_storage(self.storage, name)
+        if kept:
+            self.reporter.study_resumed(name, bucket, kept, request.settings.trials)
         self.reporter.study_started(name)
         outcome = run_study(spec, bench.measure, bench.check, self.storage, request.settings, on_trial=lambda s, r: self.reporter.trial_finished(s.name, r))
         self.reporter.study_finished(name, outcome)
         best = outcome.best
         if best is None or best.config is None or best.time_us is None:
             self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: no correct configuration in {outcome.finished} trial(s); bucket left out of the plan")
-            return BucketResult(job, self.fp.layout, bucket, outcome, None)
+            result = BucketResult(job, self.fp.layout, bucket, outcome, None)
+            self.reporter.bucket_done(result)
+            return result
         default = outcome.default.config if outcome.default is not None and outcome.default.time_us is not None else None
         ranked = [r.config for r in outcome.ranked if r.config is not None]
         final = pick(bench, bucket, ranked, default, request.settings.confirm_rounds)
@@ -189,17 +214,45 @@ class _JobTuning:
             trials=outcome.finished,
             study=name,
         )
-        return BucketResult(job, self.fp.layout, bucket, outcome, entry)
+        result = BucketResult(job, self.fp.layout, bucket, outcome, entry)
+        self.reporter.bucket_done(result)
+        return result
 
 
-def _previous_entries(path: Path, spec: CollectiveSpec, reporter: Reporter) -> dict[int, RunConfig]:
-    """The previous plan's winners by bucket, to enqueue; an unreadable
-    previous plan is noted and replaced, not fatal."""
+def _previous_plan(path: Path, spec: CollectiveSpec, reporter: Reporter) -> PlanArtifact | None:
+    """The plan already at ``path``, whose winners are enqueued again; an
+    unreadable previous plan is noted and replaced, not fatal."""
     if not path.exists():
-        return {}
+        return None
     try:
-        plan = load_plan_file(path, spec)
+        return load_plan_file(path, spec)
     except PurlinError as exc:
         reporter.note(f"ignoring the previous plan: {exc}")
-        return {}
-    return {e.min_bytes: e.config for e in plan.entries}
+        return None
+
+
+def _complete(plan: PlanArtifact | None, request: TuneRequest, job: Job, layout: str, names: list[str]) -> tuple[BucketResult, ...] | None:
+    """The plan's buckets, if it answers this request already: one entry per
+    bucket from the very study this request would run (same bucket, probes and
+    space), each with the trials asked for. Then rerunning would only measure
+    the finalists again and rewrite the same plan."""
+    if plan is None or len(plan.entries) != len(names):
+        return None
+    results = []
+    for bucket, name, entry in zip(request.sweep.buckets, names, plan.entries):
+        if entry.study != name or entry.trials < request.settings.trials:
+            return None
+        outcome = StudyOutcome(name, bucket, None, None, entry.trials, request.settings.trials, 0, 0, (), "done")
+        results.append(BucketResult(job, layout, bucket, outcome, entry))
+    return tuple(results)
+
+
+def _finished_in_storage(storage: object, name: str) -> int:
+    """Finished trials the study ``name`` already holds (0 for a new study)."""
+    import optuna  # here, not at import: the plain CLI must start fast
+
+    try:
+        study = optuna.load_study(study_name=name, storage=storage)
+    except KeyError:  # no such study yet
+        return 0
+    return count_finished(study.get_trials(deepcopy=False))

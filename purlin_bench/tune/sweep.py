@@ -130,8 +130,15 @@ class Sweep:
         return replace(self, buckets=buckets_from_sizes(sizes, f"{self.source} (--sizes)"))
 
     def capped(self, max_bytes: int) -> "Sweep":
-        """Only the buckets that start at or below ``max_bytes``."""
-        return replace(self, buckets=tuple(b for b in self.buckets if b.min_bytes <= max_bytes))
+        """Only the buckets that end at or below ``max_bytes``: a cap bounds
+        what is measured, and a bucket is measured up to its top (the power
+        of two below its end), so one that merely starts under the cap would
+        still be timed far above it. The last, unbounded bucket is measured
+        at its lower edge alone, so that edge is where it ends."""
+        def end(b: Bucket) -> int:
+            return b.min_bytes if b.max_bytes is None else b.max_bytes + 1
+
+        return replace(self, buckets=tuple(b for b in self.buckets if end(b) <= max_bytes))
 
 
 def _digest(data: Any) -> str:

@@ -44,7 +44,11 @@ class NumpyBackend(Backend):
     timing_kind = "cpu-reference"
     has_devices = False
     default_bench_max = "1M"
-    default_tune_max = "64M"
+    # A default tune must end in about a minute on 2 cores (issue 15): the
+    # small buckets, and fewer trials than a GPU sweep asks (the reference
+    # takes ~0.6 s a trial at 8 ranks; 64 trials a study took 40 s each).
+    default_tune_max = "64K"
+    default_tune_trials = 12
     # One call a batch: the reference takes milliseconds, and its times
     # only exercise the path.
     trial_policy = TimingPolicy(iters=1, warmup=1, reps=3)
