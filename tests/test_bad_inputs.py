@@ -67,10 +67,10 @@ def binary_json(tmp_path) -> Path:
         (("list", "--spec", "{yaml}"), "yaml"),
         (("bench", "{yaml}", "--backend", "numpy", "-e", "64"), "yaml"),
         (("tune", "all-reduce", "--sweep", "{yaml}", "--backend", "numpy"), "yaml"),
-        (("export", "{json}", "-f", "json"), "json"),
-        (("export", "{json}", "-f", "json", "--spec", "{yaml}"), "yaml"),
+        (("export", "{json}", "--format", "json"), "json"),
+        (("export", "{json}", "--format", "json", "--spec", "{yaml}"), "yaml"),
         (("bench", "all-reduce", "--plan", "{json}", "--backend", "numpy", "-e", "64"), "json"),
-        (("plot", "{json}", "-o", "{tmp}/x.png"), "json"),
+        (("plot", "{json}", "--output", "{tmp}/x.png"), "json"),
     ],
     ids=["check", "check-spec", "show-spec", "list-spec", "bench-spec", "tune-sweep", "export-plan", "export-spec", "bench-plan", "plot-input"],
 )
@@ -91,8 +91,8 @@ def _outputs(tmp_path, plan_file):
         "bench --json": (*BENCH, "--json"),
         "bench --csv": (*BENCH, "--csv"),
         "bench --plot": (*BENCH, "--plot"),
-        "export -o": ("export", plan_file, "-f", "json", "-o"),
-        "plot -o": ("plot", tmp_path / "r.json", "-o"),
+        "export --output": ("export", plan_file, "--format", "json", "--output"),
+        "plot --output": ("plot", tmp_path / "r.json", "--output"),
     }
 
 
@@ -111,7 +111,7 @@ def bench_result(capsys, tmp_path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("option", ["bench --json", "bench --csv", "bench --plot", "export -o", "plot -o"])
+@pytest.mark.parametrize("option", ["bench --json", "bench --csv", "bench --plot", "export --output", "plot --output"])
 @pytest.mark.parametrize(
     ("target", "fragment"),
     [("{tmp}/folder", "is a folder"), ("{tmp}/missing/x.png", "does not exist"), ("/proc/x.png", "cannot write in /proc"), ("{tmp}/afile/x.png", "is not a folder")],
@@ -128,7 +128,7 @@ def test_every_output_option_is_checked_first(capsys, tmp_path, plan_file, bench
     assert not (tmp_path / "missing").exists()
 
 
-@pytest.mark.parametrize("args", [(*BENCH, "--plot"), ("plot", "{tmp}/r.json", "-o")], ids=["bench", "plot"])
+@pytest.mark.parametrize("args", [(*BENCH, "--plot"), ("plot", "{tmp}/r.json", "--output")], ids=["bench", "plot"])
 def test_a_plot_extension_matplotlib_cannot_write_is_refused_with_the_known_ones(capsys, tmp_path, bench_result, args):
     filled = [str(a).format(tmp=tmp_path) for a in args]
     line = refused(capsys, "'.jpgg' is not an image format", *filled, tmp_path / "x.jpgg")

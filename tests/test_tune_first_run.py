@@ -59,18 +59,20 @@ def finished_trials(out: Path) -> int:
 def test_cpu_defaults_keep_small_buckets_and_few_trials_in_one_note():
     cls = backend_class(CPU)
     full = resolve_sweep("default")
-    sweep, trials, note = _backend_limits(cls, full, None, None)
+    sweep, trials, note = _backend_limits(cls, full, None, None, sweep_given=False)
     assert sweep.buckets and all(b.max_bytes is not None and b.max_bytes < 65536 for b in sweep.buckets)
     assert trials == cls.default_tune_trials < full.trials
     assert f"{len(sweep.buckets)} of {len(full.buckets)} size buckets" in note and f"{trials} trials per study" in note
     # Asked for, nothing is cut and nothing is said.
-    sweep, trials, note = _backend_limits(cls, full, "1G", 40)
+    sweep, trials, note = _backend_limits(cls, full, "1G", 40, sweep_given=False)
     assert len(sweep.buckets) == len(full.buckets) and trials == 40 and note is None  # [1G, inf) is measured at 1G alone
     # A cap keeps the buckets that end at or below it: [256M, 1G) starts below 512M but is measured up to 512M.
-    assert [b.min_bytes for b in _backend_limits(cls, full, "512M", None)[0].buckets][-1] == 16 << 20
+    assert [b.min_bytes for b in _backend_limits(cls, full, "512M", None, sweep_given=False)[0].buckets][-1] == 16 << 20
+    # A sweep the user names keeps its trial count (workers sharing a study agree on it).
+    assert _backend_limits(cls, full, None, None, sweep_given=True)[1] is None
     # A sweep whose smallest bucket ends above the default cap still tunes that one bucket.
     coarse = full.with_sizes([1 << 20, 1 << 24])
-    sweep, _, note = _backend_limits(cls, coarse, None, None)
+    sweep, _, note = _backend_limits(cls, coarse, None, None, sweep_given=False)
     assert [b.min_bytes for b in sweep.buckets] == [1 << 20] and "1 of 2 size buckets" in note
 
 

@@ -102,6 +102,8 @@ class Backend(ABC):
     # measure by default (None: no cap), since a CPU reference can't do 1 GiB.
     default_bench_max: ClassVar[str] = "256M"
     default_tune_max: ClassVar[str | None] = None
+    # At most this many trials per study unless asked (None: the sweep's).
+    default_tune_trials: ClassVar[int | None] = None
     # What the tuner times each trial with: on the H200, 20 calls per CUDA
     # graph and the median of 5 replays; 10 x 3 let 3% noise at 4 KiB pick
     # losers (the finalists are timed again anyway, tune/finals.py).

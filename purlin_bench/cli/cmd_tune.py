@@ -24,6 +24,7 @@ from purlin_bench.sizes import parse_bytes
 from purlin_bench.spec.loader import load_all_builtin, resolve
 
 ORDER = 50
+_DEFAULT_SWEEP = "default"
 
 _HELP = """Tune strategies and datapath parameters per message-size bucket.
 
@@ -39,7 +40,7 @@ tune is short: small buckets and few trials, said in a note.
 
 def tune(
     collective: str = typer.Argument(..., help="a collective name, a spec .yaml, or 'all'"),
-    sweep: str = typer.Option("default", "--sweep", help="a built-in sweep (quick, default) or a sweep .yaml"),
+    sweep: str = typer.Option(_DEFAULT_SWEEP, "--sweep", help="a built-in sweep (quick, default) or a sweep .yaml"),
     ranks: Optional[str] = typer.Option(None, "--ranks", help="virtual ranks on one device, e.g. 8 or 4,8 [default: the sweep's]"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="one rank per GPU: '0,1,2,3' or 'all' (cupy)"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="comma list of dtypes [default: the sweep's]"),
@@ -88,7 +89,7 @@ def tune(
     devices = common.gpu_devices(gpus, backend_cls)
     if sizes:
         chosen = chosen.with_sizes([parse_bytes(s, "--sizes") for s in common.name_list(sizes)])
-    chosen, trials, short = _backend_limits(backend_cls, chosen, max_bytes, trials)
+    chosen, trials, short = _backend_limits(backend_cls, chosen, max_bytes, trials, sweep_given=sweep != _DEFAULT_SWEEP)
     if short:
         notes.append(short)
     out = out if out is not None else Path(default_results_dir(backend_cls.name))
@@ -134,7 +135,7 @@ def tune(
     return 0
 
 
-def _backend_limits(backend_cls, chosen, max_bytes: str | None, trials: int | None):
+def _backend_limits(backend_cls, chosen, max_bytes: str | None, trials: int | None, sweep_given: bool):
     """The sweep and trial count the backend's defaults leave, and the one
     note that says what they cut. A CPU reference's times mean nothing for a
     GPU and its memory and cores are the machine's: unless asked, a tune
@@ -151,9 +152,10 @@ def _backend_limits(backend_cls, chosen, max_bytes: str | None, trials: int | No
         if len(kept.buckets) < len(chosen.buckets) and not max_bytes:
             cuts.append(f"{len(kept.buckets)} of {len(chosen.buckets)} size buckets (up to {kept.buckets[-1].text()})")
         chosen = kept
-    # Class attribute of the backends that want one (the port has none); a sweep asking fewer is left alone.
-    short_trials = getattr(backend_cls, "default_tune_trials", None)
-    if trials is None and short_trials and chosen.trials > short_trials:
+    # Only the default sweep's trials are cut: a sweep the user names keeps
+    # the count it asks for (two workers sharing a study must agree on it).
+    short_trials = backend_cls.default_tune_trials
+    if trials is None and not sweep_given and short_trials and chosen.trials > short_trials:
         cuts.append(f"{short_trials} trials per study, not the sweep's {chosen.trials}")
         trials = short_trials
     note = f"{backend_cls.name} backend: a short tune: {' and '.join(cuts)} (--max-bytes and --trials to change)" if cuts else None
