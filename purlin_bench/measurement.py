@@ -20,7 +20,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from purlin_bench.backends.port import Backend, Reference, Runner, TimingPolicy
+from purlin_bench.backends.port import Backend, Reference, Runner, TimingPolicy, check_params
 from purlin_bench.check import CheckResult
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
@@ -134,9 +134,17 @@ class MeasurementService:
     def prepare(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False) -> Prepared:
         """``config`` prepared over its rotation of buffer sets, exact inputs
         in each, checked once; kept for the next ask (a tune trial is checked,
-        then timed; the guard times the same configurations again)."""
+        then timed; the finals time the same configurations again).
+
+        On a GPU, runners of one size share the world's buffers, so what a
+        runner is timed on is what the last preparation of that size loaded:
+        the same exact inputs (one seed), unless an in-place call has since
+        written over them. Times do not depend on the values; ``nwrong`` was
+        counted right after this runner's own load."""
         program = self.program(inst, config, dtype, redop, inplace)
-        key = (program, config.exec_params)
+        # Keyed by the parameters as the backend runs them: {} and the same
+        # values written out are one configuration, one runner.
+        key = (program, tuple(sorted(check_params(type(self.backend), dict(config.exec_params)).items())))
         if key in self._prepared:
             self._prepared.move_to_end(key)
             return self._prepared[key]
@@ -144,21 +152,26 @@ class MeasurementService:
         with self.backend.guard():
             sets = rotation_sets(program)
             runner = self.backend.prepare(program, sets, **dict(config.exec_params))
-            inputs = exact_inputs(program.in_counts, resolve_dtype(dtype)[1], program.redop)
-            for slot in range(sets):
-                runner.load(inputs, slot)
-            reference = self.backend.reference(runner, inst, inputs)
-            runner.run(0)
-            nwrong = reference.count_wrong(runner, 0)
-            if program.inplace_offsets is not None:
-                runner.load(inputs, 0)
+            try:
+                inputs = exact_inputs(program.in_counts, resolve_dtype(dtype)[1], program.redop)
+                for slot in range(sets):
+                    runner.load(inputs, slot)
+                reference = self.backend.reference(runner, inst, inputs)
+                runner.run(0)
+                nwrong = reference.count_wrong(runner, 0)
+                if program.inplace_offsets is not None:
+                    runner.load(inputs, 0)
+            except BaseException:
+                runner.close()  # a trial that fails (a watchdog, a deadlock) leaves nothing held
+                raise
         self._prepared[key] = prepared = Prepared(inst, config, program, runner, reference, nwrong)
         return prepared
 
     def _make_room(self, program: Program, inst: Instance) -> None:
-        """Let go of the oldest prepared configurations, and of every one of
-        another size when this one is big. Those of this instance stay: a
-        comparison prepares all its candidates before it times them."""
+        """Let go of every prepared configuration of another size when this
+        one is big, and of the oldest beyond _KEPT. A comparison prepares its
+        candidates (at most four, the finals') one after the other before it
+        times them, so the ones it just prepared are never the oldest."""
         if _set_bytes(program) * rotation_sets(program) >= _ALONE_BYTES:
             for key in [k for k, p in self._prepared.items() if p.inst != inst]:
                 self._prepared.pop(key).runner.close()

@@ -118,6 +118,7 @@ class TunedCollective:
             cls = backend_class(self.backend)
             devices = self.plan.fingerprint.devices
             gpus = devices if cls.has_devices and len(devices) > 1 else None
+            resolve_backend(self.backend)  # one line where it cannot run here (override=True on another machine)
             self._service = MeasurementService(make(cls, self.ranks, gpus))
         return self._service
 
@@ -163,7 +164,7 @@ def load_plan(
 def default_results_dir(backend: str) -> str:
     """Where ``purlin tune`` writes, and ``load_plan`` looks for, plans timed
     on ``backend`` unless a folder is given."""
-    return DEFAULT_RESULTS if backend_class(backend).timing_kind == "gpu" else CPU_RESULTS
+    return DEFAULT_RESULTS if backend_class(backend).times_gpu() else CPU_RESULTS
 
 
 def tune_hint(collective: str, dtype: str, backend: str, ranks: int, gpus: Sequence[int] | None, results_dir: str | Path | None) -> str:
@@ -171,7 +172,7 @@ def tune_hint(collective: str, dtype: str, backend: str, ranks: int, gpus: Seque
     finish in minutes where it is suggested: a GPU gets the quick sweep (the
     default one takes hours), the CPU reference its own short defaults."""
     words = ["purlin", "tune", collective, "--dtype", dtype]
-    if backend_class(backend).timing_kind == "gpu":
+    if backend_class(backend).times_gpu():
         words += ["--sweep", "quick"]
     if backend != _natural_backend():
         words += ["--backend", backend]

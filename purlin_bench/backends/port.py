@@ -31,6 +31,11 @@ from purlin_bench.spec.instance import Instance
 from purlin_bench.timing import Timing
 
 
+# The timing kind of device times; every other kind (the CPU reference's
+# "cpu-reference", the fake device's "fake") is marked as not GPU speed.
+TIMING_GPU = "gpu"
+
+
 @dataclass(frozen=True)
 class TimingPolicy:
     """How to time: ``reps`` batches of ``iters`` calls after ``warmup``
@@ -95,7 +100,7 @@ class Backend(ABC):
     params: ClassVar[tuple[Param, ...]] = ()
     # How its times are labelled: "gpu" times are device times; anything
     # else (the CPU reference) is marked so no one reads it as GPU speed.
-    timing_kind: ClassVar[str] = "gpu"
+    timing_kind: ClassVar[str] = TIMING_GPU
     # Where ranks can sit on several devices (``gpus``); False: simulated.
     has_devices: ClassVar[bool] = True
     # Sweeps a user gets without asking: the largest message bench and tune
@@ -118,6 +123,12 @@ class Backend(ABC):
     @abstractmethod
     def available(cls) -> str | None:
         """None where this backend can run here, else why not (one line)."""
+
+    @classmethod
+    def times_gpu(cls) -> bool:
+        """Whether its times are device times (plans, notes and defaults
+        differ for a CPU reference, whose times say nothing of a GPU)."""
+        return cls.timing_kind == TIMING_GPU
 
     @classmethod
     def device_count(cls) -> int:

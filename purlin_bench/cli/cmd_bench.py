@@ -87,7 +87,7 @@ def bench(
         raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
     specs = load_all_builtin() if collective == "all" else [resolve(collective)]
     slice_nbytes = None if slice_bytes is None else parse_bytes(slice_bytes, "--slice-bytes")
-    choice = _choice(strategy, plan, channels, slice_nbytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_cls, n_ranks, dtype)
+    choice = _choice(strategy, plan, channels, slice_nbytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_cls, n_ranks, dtype, devices)
     backend_obj = make(backend_cls, n_ranks, tuple(devices) if devices else None)
     baselines = _baselines(baseline, backend_obj.baselines())
     policy = TimingPolicy(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0)
@@ -181,7 +181,7 @@ def _baselines(text: str, offered: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(chosen))
 
 
-def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, ranks, dtype) -> Choice:
+def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, ranks, dtype, gpus=None) -> Choice:
     plan_overrides = {k: v for k, v in (("channels", channels), ("slice_bytes", slice_bytes)) if v is not None}
     exec_overrides = {k: v for k, v in exec_options.items() if v is not None}
     taken = {p.name for p in backend.params}
@@ -192,7 +192,7 @@ def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, 
         return Choice(strategy, plan_overrides, exec_overrides)
     from purlin_bench.plans import plan_lookup
 
-    return Choice(strategy, plan_overrides, exec_overrides, plan_lookup(plan, backend=backend.name, ranks=ranks, dtype=dtype))
+    return Choice(strategy, plan_overrides, exec_overrides, plan_lookup(plan, backend=backend.name, ranks=ranks, dtype=dtype, gpus=gpus))
 
 
 def register(app: typer.Typer) -> None:

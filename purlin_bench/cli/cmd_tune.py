@@ -125,7 +125,7 @@ def tune(
             raise typer.Exit(130) from None
     for message in reporter.notes:
         common.note(message)
-    common.console.print(_winners(results, backend_cls.timing_kind != "gpu"))
+    common.console.print(_winners(results, not backend_cls.times_gpu()))
     for result in results:
         if result.path is not None and not result.up_to_date:  # an up-to-date one was said in the progress
             common.console.print(f"wrote {result.path}", highlight=False)

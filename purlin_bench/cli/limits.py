@@ -95,7 +95,7 @@ def check_memory(needed: int, what: str, backend) -> None:
     """Refuse a run on a CPU backend (its buffers are host memory) that
     would need more memory than there is: numpy would fail after minutes, or
     the machine would swap."""
-    if backend.timing_kind == "gpu":
+    if backend.times_gpu():
         return  # device memory: the backend's guard reports it as one line
     have = available_memory()
     if have is not None and needed > have:
@@ -116,7 +116,7 @@ def check_bench(collective: str, maxbytes: str | None, backend: str, ranks: int,
     specs = load_all_builtin() if collective == "all" else [resolve(collective)]
     check_no_op(specs, op_given())
     backend_cls, _ = resolve_backend(backend)
-    if backend_cls.timing_kind == "gpu" or ranks < 1:
+    if backend_cls.times_gpu() or ranks < 1:
         return
     dtype, np_dtype = resolve_dtype(datatype)
     top = parse_bytes(maxbytes or backend_cls.default_bench_max, "--maxbytes")

@@ -15,15 +15,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from purlin_bench.backends import backend_class, names
+from purlin_bench.backends import REFERENCE, backend_class, names
+from purlin_bench.backends.port import TIMING_GPU as PORT_TIMING_GPU
 from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
 from purlin_bench.hardware import Fingerprint
 
 SCHEMA_VERSION = 1
 KIND = "purlin-plan"
-TIMING_GPU = "gpu"
-TIMING_CPU = "cpu-reference"  # CPU times of the reference, not GPU performance
+TIMING_GPU = PORT_TIMING_GPU
+TIMING_CPU = backend_class(REFERENCE).timing_kind  # CPU times of the reference, not GPU performance
 BACKENDS = names()
 # How each backend's times are labelled (Backend.timing_kind).
 TIMINGS = tuple(dict.fromkeys(backend_class(name).timing_kind for name in BACKENDS))

@@ -8,7 +8,8 @@ the bucket (MeasurementService.compare, the path bench uses), over
 ``rounds`` rounds; the winner is the best geometric mean of its per-probe
 medians, the default stays unless beaten by more than ``margin``, and a
 winner slower than the default by more than LOSS_BOUND at any probe gives
-way to it. The times come from the same rounds, so nothing is timed twice.
+way to it. The entry's times come from the same rounds (the driver times
+the baseline beside the default once more, for the plan's record).
 """
 
 from __future__ import annotations
@@ -46,7 +47,6 @@ class Final:
     time_us: float
     default_us: float | None
     note: str | None = None
-    medians: dict[RunConfig, tuple[float, ...]] | None = None
 
 
 def pick(bench: SideBySide, bucket: Bucket, ranked: Sequence[RunConfig], default: RunConfig | None, rounds: int) -> Final:
@@ -68,7 +68,7 @@ def pick(bench: SideBySide, bucket: Bucket, ranked: Sequence[RunConfig], default
     if ranked and ranked[0] in failed and ranked[0] != best:
         note = f"{ranked[0].text()} failed when timed again: {failed[ranked[0]]}"
     if base is None:
-        return Final(best, medians[best][0], None, note, medians)
+        return Final(best, medians[best][0], None, note)
     if best != default and score[default] <= score[best] * (1 + MARGIN):
         best = default
     if best != default:
@@ -78,7 +78,7 @@ def pick(bench: SideBySide, bucket: Bucket, ranked: Sequence[RunConfig], default
             sizes = [format_bytes(n) for n in bench.probe_nbytes(bucket)]
             note = f"{best.text()} was {base[worst] / mine[worst]:.2f}x the default's speed at {sizes[worst]}"
             best = default
-    return Final(best, medians[best][0], base[0], note, medians)
+    return Final(best, medians[best][0], base[0], note)
 
 
 def _rounds(bench: SideBySide, bucket: Bucket, candidates: list[RunConfig], rounds: int) -> tuple[dict[RunConfig, list[tuple[float, ...]]], dict[RunConfig, str]]:

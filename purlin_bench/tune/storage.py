@@ -30,7 +30,7 @@ DB_NAME = "tune.db"
 # trial cannot be told). The beat needs the interpreter, so a trial that holds
 # it for longer than the grace (a kernel compiled in-process: CuPy compiled
 # its reductions in 3-4 s each on a fresh machine) would be mistaken for dead.
-# SessionBench.warm_up and prime compile before any study so that trials do
+# ServiceBench.warm_up and prime compile before any study so that trials do
 # not; the grace is a wide margin over those seconds all the same.
 #
 # A server (PostgreSQL) is shared by hosts whose clocks and networks we do

@@ -142,7 +142,7 @@ def run_study(spec: StudySpec, measure: Measure, check: Check, storage: Any, set
         optuna.storages.fail_stale_trials(study)
         _enqueue_first(study, spec)
         deadline = time.monotonic() + settings.timeout_s if settings.timeout_s else None
-        objective = _Objective(spec, measure, check, settings, deadline)
+        objective = _Objective(spec, measure, check, settings)
         after = _AfterTrial(spec, settings.trials, objective, on_trial)
         # A round of optimize ends at the budget, the timeout, when the
         # sampler is exhausted, or when a trial finds no slot left. Then the
@@ -251,12 +251,11 @@ def _enqueue_first(study: Any, spec: StudySpec) -> None:
 
 
 class _Objective:
-    def __init__(self, spec: StudySpec, measure: Measure, check: Check, settings: TuneSettings, deadline: float | None):
+    def __init__(self, spec: StudySpec, measure: Measure, check: Check, settings: TuneSettings):
         self.spec = spec
         self.measure = measure
         self.check = check
         self.settings = settings
-        self.deadline = deadline
         self.measured = 0
         self.ran = 0
         self.blocked = False  # this round ended on a trial that found no slot
