@@ -1,6 +1,6 @@
 """The GPU executor: runs SNAC programs with the Atom kernel through CuPy.
 
-A program is lowered once (cupy_lower) into a step table per launch, uploaded
+A program is lowered once (lower.py) into a step table per launch, uploaded
 with its buffer pointer tables, and then launched as often as asked, eagerly
 or captured in a CUDA graph. Flags and per-block epochs live in device memory
 and advance in the kernel, so replays need no host work. Every wait is bounded:
