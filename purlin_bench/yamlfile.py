@@ -9,19 +9,12 @@ from typing import Any
 
 import yaml
 
+from purlin_bench.textfile import read_text
+
 
 def read_yaml(path: str | Path, error: type[Exception]) -> Any:
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
-    # Decoded here, not by read_text(): a binary file (a PNG, a plan database
-    # passed by mistake) is the user's input, so it is one line, not a traceback.
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(f"{path}: not a YAML file: not UTF-8 text (byte {exc.start})") from None
+    text = read_text(path, error, "not a YAML file")
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

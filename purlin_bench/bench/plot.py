@@ -11,18 +11,13 @@ from typing import Any
 
 from purlin_bench.atomic import MODE, WriteError
 from purlin_bench.errors import PurlinError
+from purlin_bench.textfile import read_text
 
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:
+    text = read_text(path, PurlinError, "not a purlin bench result")
     try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise PurlinError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    # A binary file (the PNG itself, given by mistake) is bad input: one line.
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise PurlinError(f"{path}: not a purlin bench result: not UTF-8 text (byte {exc.start})") from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise PurlinError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
     rows = data.get("results") if isinstance(data, dict) else None

@@ -21,6 +21,7 @@ from purlin_bench.atomic import write_text_atomic
 from purlin_bench.config import RunConfig
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.planfile.model import KIND, SCHEMA_VERSION, ArtifactError, PlanArtifact, PlanEntry, SweepRef
+from purlin_bench.textfile import read_text
 from purlin_bench.planfile.schema import plan_schema
 from purlin_bench.spec.loader import CollectiveSpec, builtin_spec_paths
 
@@ -41,14 +42,7 @@ def load_plan_file(path: str | Path, spec: CollectiveSpec | None = None) -> Plan
     """The plan in ``path``; ``spec`` is the collective of a plan tuned from
     a user's spec file (a built-in collective needs none)."""
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ArtifactError(f"{path}: corrupt plan: not UTF-8 text (byte {exc.start})") from None
+    text = read_text(path, ArtifactError, "corrupt plan")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
