@@ -50,7 +50,11 @@ _ALONE_BYTES = 256 << 20
 
 def rotation_sets(program: Program) -> int:
     """Buffer sets a program's calls rotate over when timed."""
-    per_set = _set_bytes(program)
+    return sets_for(_set_bytes(program))
+
+
+def sets_for(per_set: int) -> int:
+    """Buffer sets of ``per_set`` bytes each that a rotation takes."""
     return int(min(MAX_SETS, max(1, -(-ROTATE_BYTES // max(1, per_set)))))
 
 

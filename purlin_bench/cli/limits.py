@@ -8,7 +8,7 @@ import os
 from typing import Iterable
 
 from purlin_bench.errors import PurlinError
-from purlin_bench.measurement import MAX_SETS, ROTATE_BYTES
+from purlin_bench.measurement import sets_for
 from purlin_bench.spec.instance import MAX_RANKS, MAX_RANKS_WHY, Instance
 from purlin_bench.strategies.base import COMMON_PARAMS
 
@@ -67,13 +67,12 @@ def check_no_op(specs, given: bool) -> None:
 
 def needed_bytes(inst: Instance, itemsize: int, copies: int = 1) -> int:
     """Host bytes one configuration of ``inst`` takes on a CPU backend, about:
-    its rotation of buffer sets (as measurement.rotation_sets counts them)
+    its rotation of buffer sets (measurement.sets_for)
     for each of ``copies`` prepared forms, the exact inputs, and the
     reference's float64 accumulation and result."""
     ins, outs = sum(inst.in_counts), sum(inst.out_counts)
     per_set = (ins + outs) * itemsize
-    sets = min(MAX_SETS, max(1, -(-ROTATE_BYTES // max(1, per_set))))
-    return copies * sets * per_set + ins * itemsize + outs * (8 + itemsize)
+    return copies * sets_for(per_set) * per_set + ins * itemsize + outs * (8 + itemsize)
 
 
 def available_memory() -> int | None:
