@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "purlin_bench"
 
 # Each module path (dotted, under purlin_bench) by its first matching prefix.
 LAYERS = (
-    ("base", ("errors", "dtypes", "sizes", "config", "resources", "yamlfile", "timing", "hardware", "atomic", "inputs", "textfile")),
+    ("base", ("errors", "dtypes", "sizes", "config", "resources", "yamlfile", "timing", "hardware", "atomic", "inputs", "textfile", "dist")),
     ("specs", ("spec",)),
     ("programs", ("program", "strategies", "planner", "heuristics", "check", "roofline")),
     ("backends", ("backends",)),

@@ -1,0 +1,144 @@
+"""What a rank learns from its environment, and how it joins its group.
+
+Two launchers are understood: ours (:mod:`purlin_bench.dist.launch`), which
+hands every rank the store's address and the run's token, and torchrun, which
+sets only the rank variables; there rank 0 starts a store of its own and
+shares its address and a fresh token over torch.distributed. Malformed
+variables fail here in one line naming the variable, before any rank waits
+on a peer that will never come.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from purlin_bench.dist.errors import DistError
+from purlin_bench.dist.group import Group
+from purlin_bench.dist.store import Store, StoreServer
+
+PURLIN, TORCHRUN = "purlin", "torchrun"
+_RUN = re.compile(r"[A-Za-z0-9_.-]+")
+# torchrun's rank 0 store, kept referenced here as well as by its Group, so it
+# lives as long as the process is in the run (the Group closes it).
+_server: StoreServer | None = None
+
+
+@dataclass(frozen=True)
+class RankEnv:
+    rank: int
+    size: int
+    local_rank: int
+    store: tuple[str, int] | None
+    # Kept out of repr: a RankEnv printed in a log must not leak the token.
+    token: bytes | None = field(repr=False)
+    run: str
+    device: int | None
+    launcher: str
+
+
+def _int(environ: Mapping[str, str], name: str, minimum: int) -> int:
+    raw = environ[name]
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise DistError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise DistError(f"{name}={raw!r} is below {minimum}")
+    return value
+
+
+def from_environ(environ: Mapping[str, str] = os.environ) -> RankEnv | None:
+    """This process's place in a run, or None if no launcher started it."""
+    ours = "PURLIN_STORE" in environ
+    if not ours and ("RANK" not in environ or "WORLD_SIZE" not in environ):
+        return None
+    for name in ("RANK", "WORLD_SIZE"):
+        if name not in environ:
+            raise DistError(f"PURLIN_STORE is set but {name} is not: this process was not started by purlin's launcher")
+    rank, size = _int(environ, "RANK", 0), _int(environ, "WORLD_SIZE", 1)
+    if rank >= size:
+        raise DistError(f"RANK={rank} is not below WORLD_SIZE={size}")
+    local_rank = _int(environ, "LOCAL_RANK", 0) if "LOCAL_RANK" in environ else rank
+    if local_rank >= size:
+        raise DistError(f"LOCAL_RANK={local_rank} is not below WORLD_SIZE={size}")
+    device = _int(environ, "PURLIN_DEVICE", 0) if environ.get("PURLIN_DEVICE", "").strip() else None
+    if not ours:
+        # torchrun's run id names our shm folder; keep only characters a path can hold safely.
+        run = re.sub(r"[^A-Za-z0-9_.-]", "_", environ.get("TORCHELASTIC_RUN_ID", "").strip()) or TORCHRUN
+        return RankEnv(rank, size, local_rank, None, None, run, device, TORCHRUN)
+    host, _, port_text = environ["PURLIN_STORE"].strip().rpartition(":")
+    try:
+        port = int(port_text)
+    except ValueError:
+        port = -1
+    if not host or not 0 < port < 65536:
+        raise DistError(f"PURLIN_STORE={environ['PURLIN_STORE']!r} is not host:port")
+    try:
+        # The value itself is never echoed: it is the run's secret.
+        token = bytes.fromhex(environ.get("PURLIN_TOKEN", "").strip())
+    except ValueError:
+        raise DistError("PURLIN_TOKEN is not hex") from None
+    if not token:
+        raise DistError("PURLIN_TOKEN is missing or empty")
+    run = environ.get("PURLIN_RUN", "").strip()
+    if not _RUN.fullmatch(run):
+        raise DistError(f"PURLIN_RUN={run!r} is not a run id (letters, digits, '_', '.', '-')")
+    return RankEnv(rank, size, local_rank, (host.strip("[]"), port), token, run, device, PURLIN)
+
+
+def connect(env: RankEnv, timeout_s: float) -> Group:
+    """Join the group of ``env``'s run; every wait bounded by ``timeout_s``."""
+    if env.launcher == PURLIN:
+        if env.store is None or env.token is None:
+            raise DistError("a purlin rank needs PURLIN_STORE and PURLIN_TOKEN")
+        store = Store(env.store[0], env.store[1], env.token, timeout_s=timeout_s)
+        return Group(store, env.rank, env.size, env.run, timeout_s=timeout_s)
+    if env.launcher != TORCHRUN:
+        raise DistError(f"unknown launcher {env.launcher!r}")
+    return _connect_torchrun(env, timeout_s)
+
+
+def _connect_torchrun(env: RankEnv, timeout_s: float) -> Group:
+    global _server
+    try:
+        import torch.distributed as tdist
+    except ImportError as exc:
+        raise DistError(f"running under torchrun needs torch: {exc}") from None
+    if not tdist.is_available():
+        raise DistError("running under torchrun needs torch.distributed, which this torch build lacks")
+    if not tdist.is_initialized():
+        # gloo: the exchange is a few bytes on the CPU, and needs no GPU to be set up yet.
+        tdist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+    server = None
+    if env.rank == 0:
+        token = secrets.token_bytes(32)
+        try:
+            server = StoreServer(token, host="127.0.0.1")
+            box = [server.address[0], server.address[1], token.hex()]
+        except DistError as exc:
+            # Tell the others why, rather than leaving them to time out in the broadcast.
+            box = [None, None, str(exc)]
+    else:
+        box = [None, None, None]
+    tdist.broadcast_object_list(box, src=0)
+    if box[0] is None:
+        raise DistError(f"rank {env.rank}: rank 0 could not start the run's store: {box[2]}")
+    try:
+        store = Store(box[0], box[1], bytes.fromhex(box[2]), timeout_s=timeout_s)
+    except DistError:
+        if server is not None:
+            server.close()
+        raise
+    group = Group(store, env.rank, env.size, env.run, timeout_s=timeout_s)
+    if server is not None:
+        _server = server
+        group._own(server)
+    return group
+
+
+__all__ = ["PURLIN", "RankEnv", "TORCHRUN", "connect", "from_environ"]

@@ -1,0 +1,171 @@
+"""Start the ranks of one run on this machine and see every one of them out.
+
+The launcher owns the run's store (so it outlives every rank) and its token
+(fresh per run, handed to the children only through their environment). When
+a rank fails it says so in one line, aborts the run through the store so the
+others stop at their next wait with their own named error, gives them a grace
+period, and then terminates what is left. Every wait here is bounded: the
+launcher returns, and nothing it started is left running when it does.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+
+from purlin_bench.dist.errors import DistError
+from purlin_bench.dist.group import abort_key
+from purlin_bench.dist.shm import remove_run_dir, run_dirs, sweep_stale
+from purlin_bench.dist.store import Store, StoreServer
+
+POLL_S = 0.05
+KILL_AFTER_S = 3.0
+REAP_S = 5.0
+
+
+def _describe(rank: int, code: int) -> str:
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"rank {rank} was killed by {name}"
+    return f"rank {rank} exited with code {code}"
+
+
+def _exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def _signal_groups(children: list[subprocess.Popen], sig: int) -> None:
+    # Each child leads its own process group, so whatever it started goes too.
+    for child in children:
+        try:
+            os.killpg(child.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass  # the group is gone already
+
+
+def _stop(children: list[subprocess.Popen], sig: int) -> None:
+    """``sig`` to every rank still running, SIGKILL after KILL_AFTER_S, reap."""
+    alive = [c for c in children if c.poll() is None]
+    if alive:
+        _signal_groups(alive, sig)
+        deadline = time.monotonic() + KILL_AFTER_S
+        while time.monotonic() < deadline and any(c.poll() is None for c in alive):
+            time.sleep(POLL_S)
+    # Also the groups of ranks that exited: a grandchild may outlive its rank.
+    _signal_groups(children, signal.SIGKILL)
+    for child in children:
+        try:
+            child.wait(timeout=REAP_S)
+        except subprocess.TimeoutExpired:
+            pass  # unkillable (stuck in the kernel): do not hang on it
+
+
+def launch(
+    child_argv: list[str],
+    procs: int,
+    devices: list[int] | None = None,
+    grace_s: float = 15.0,
+    environ: Mapping[str, str] | None = None,
+) -> int:
+    """Run ``procs`` ranks of ``python child_argv...``; 0 if all exit 0, else
+    the first failure's code (128+signal for a signal; 130/143 when this
+    process is interrupted or terminated)."""
+    if not isinstance(procs, int) or procs < 1:
+        raise DistError(f"procs must be at least 1, not {procs!r}")
+    if devices is not None and not devices:
+        raise DistError("an empty device list: give at least one device, or none")
+    sweep_stale()
+    token = secrets.token_bytes(32)
+    run = secrets.token_hex(6)
+    base = dict(os.environ if environ is None else environ)
+    stopped: list[int] = []
+    previous: dict[int, object] = {}
+    if threading.current_thread() is threading.main_thread():
+        # Only the main thread may install handlers; launched elsewhere (a
+        # test's thread) the caller's own handling stays in charge.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, frame: stopped.append(signum))
+    children: list[subprocess.Popen] = []
+    try:
+        with StoreServer(token) as server:
+            host, port = server.address
+            for rank in range(procs):
+                env = dict(base)
+                env.update(
+                    RANK=str(rank), WORLD_SIZE=str(procs), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(procs),
+                    PURLIN_STORE=f"{host}:{port}", PURLIN_TOKEN=token.hex(), PURLIN_RUN=run,
+                )
+                env.pop("PURLIN_DEVICE", None)
+                if devices is not None:
+                    env["PURLIN_DEVICE"] = str(devices[rank % len(devices)])
+                quiet = rank != 0
+                try:
+                    children.append(subprocess.Popen(
+                        [sys.executable, *child_argv], env=env, start_new_session=True,
+                        stdin=subprocess.DEVNULL if quiet else None, stdout=subprocess.DEVNULL if quiet else None,
+                    ))
+                except OSError as exc:
+                    raise DistError(f"cannot start rank {rank}: {exc.strerror or exc}") from None
+            return _supervise(children, server, token, run, grace_s, stopped)
+    finally:
+        _stop(children, signal.SIGTERM)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for path in run_dirs(run):
+            remove_run_dir(path)
+
+
+def _supervise(children, server, token: bytes, run: str, grace_s: float, stopped: list[int]) -> int:
+    codes: dict[int, int] = {}
+    failure: int | None = None
+    deadline = 0.0
+    while True:
+        if stopped:
+            sig = stopped[0]
+            print(f"purlin: got {signal.Signals(sig).name}, stopping {len(children)} rank(s)", file=sys.stderr, flush=True)
+            # SIGINT is passed on as SIGINT so Python ranks unwind through their finally blocks.
+            _stop(children, signal.SIGINT if sig == signal.SIGINT else signal.SIGTERM)
+            return 128 + sig
+        for rank, child in enumerate(children):
+            code = child.poll()
+            if code is None or rank in codes:
+                continue
+            codes[rank] = code
+            if code != 0 and failure is None:
+                failure = _exit_code(code)
+                deadline = time.monotonic() + grace_s
+                # Rank 0 runs the command and has said why it failed, in one
+                # line; a signal, or another rank's failure, only we can say.
+                if rank != 0 or code < 0:
+                    print(f"purlin: {_describe(rank, code)}", file=sys.stderr, flush=True)
+                _abort(server, token, run, f"{_describe(rank, code)} (the launcher stopped the run)")
+        if len(codes) == len(children):
+            return failure or 0
+        if failure is not None and time.monotonic() >= deadline:
+            left = len(children) - len(codes)
+            print(f"purlin: stopping {left} rank(s) still running {grace_s:g} s after the failure", file=sys.stderr, flush=True)
+            _stop(children, signal.SIGTERM)
+            return failure
+        time.sleep(POLL_S)
+
+
+def _abort(server: StoreServer, token: bytes, run: str, message: str) -> None:
+    """Set the run's abort key, so ranks blocked on the failed one stop now
+    instead of at their own timeout."""
+    try:
+        with Store(*server.address, token, timeout_s=2.0) as store:
+            store.set(abort_key(run), message.encode())
+    except DistError:
+        pass  # the ranks still stop: by their timeout, or by the grace period's SIGTERM
+
+
+__all__ = ["launch"]

@@ -1,0 +1,518 @@
+"""purlin_bench.dist: the store, its token, bounded collectives across real
+processes, private shared memory, the rank environment and the launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from purlin_bench.dist import (
+    DistError,
+    Group,
+    PeerTimeout,
+    RankEnv,
+    Segment,
+    Store,
+    StoreRefused,
+    StoreServer,
+    StoreTimeout,
+    StoreUnreachable,
+    connect,
+    from_environ,
+    launch,
+    run_dir,
+    run_dirs,
+    sweep_stale,
+)
+from purlin_bench.dist.shm import remove_run_dir
+
+# One program for every rank of every scenario: argv is scenario, timeout, out folder.
+CHILD = r"""
+import json, os, signal, sys, time
+from purlin_bench.dist import env as denv, errors, shm, Segment
+
+scenario, timeout, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+e = denv.from_environ()
+with open(os.path.join(out, f"pid{e.rank}"), "w") as f:
+    f.write(str(os.getpid()))
+
+def report(obj):
+    with open(os.path.join(out, f"rank{e.rank}.json"), "w") as f:
+        json.dump(obj, f)
+
+g = denv.connect(e, timeout)
+start = time.monotonic()
+try:
+    if scenario == "collectives":
+        g.barrier("start")
+        b = g.broadcast({"from": g.rank}, "bcast", root=1)
+        a = g.allgather(g.rank * 10, "ag")
+        ga = g.gather(f"r{g.rank}", "ga", root=2)
+        report({"b": b, "a": a, "g": ga})
+    elif scenario == "many":
+        for i in range(150):
+            g.barrier("b")
+            assert g.broadcast(i, "bc", root=i % g.size) == i
+            assert g.allgather(g.rank + i, "ag") == [r + i for r in range(g.size)]
+            got = g.gather(g.rank, "ga", root=(i + 1) % g.size)
+            assert got is None or got == list(range(g.size))
+        report({"ok": True})
+    elif scenario == "abort":
+        if g.rank == 0:
+            time.sleep(0.5)
+            g.abort("rank 0 gave up: boom")
+            report({"ok": True})
+        else:
+            g.barrier("never")
+    elif scenario == "diverge":
+        g.barrier(f"step-{g.rank}")
+    elif scenario == "launch_ok":
+        d = shm.run_dir(e.run)
+        seg = Segment.create(d, f"seg{e.rank}", 64) if e.rank == 0 else None
+        a = g.allgather([e.rank, e.device, e.launcher], "devs")
+        g.barrier("end")
+        print("hello from rank", e.rank, json.dumps(a), flush=True)
+        report({"dir": str(d)})
+    elif scenario == "launch_kill":
+        g.barrier("ready")
+        if g.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        g.barrier("after")
+    elif scenario == "hang":
+        g.barrier("ready")
+        time.sleep(600)
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+except errors.DistError as exc:
+    report({"error": type(exc).__name__, "message": str(exc), "elapsed": time.monotonic() - start})
+    sys.exit(3)
+finally:
+    g.close()
+"""
+
+
+def token() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def spawn(server: StoreServer, tok: bytes, ranks, size: int, scenario: str, timeout: float, out: Path, run: str = "t"):
+    host, port = server.address
+    procs = []
+    for rank in ranks:
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),
+                   PURLIN_STORE=f"{host}:{port}", PURLIN_TOKEN=tok.hex(), PURLIN_RUN=run)
+        procs.append(subprocess.Popen([sys.executable, "-c", CHILD, scenario, str(timeout), str(out)], env=env))
+    return procs
+
+
+def finish(procs, limit: float = 25.0) -> list[int]:
+    deadline = time.monotonic() + limit
+    codes = []
+    for p in procs:
+        try:
+            codes.append(p.wait(timeout=max(deadline - time.monotonic(), 0.1)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            codes.append(None)
+    return codes
+
+
+def result(out: Path, rank: int) -> dict:
+    return json.loads((out / f"rank{rank}.json").read_text())
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    # A zombie still answers kill(0); it is not running.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+# -- the store ----------------------------------------------------------------
+
+
+def test_store_set_get_add_delete():
+    tok = token()
+    with StoreServer(tok) as server, Store(*server.address, tok) as store:
+        assert server.address[0] == "127.0.0.1"
+        store.set("a", b"\x00\x01binary")
+        assert store.get("a", 1.0) == b"\x00\x01binary"
+        assert store.try_get("missing") is None
+        assert store.add("n") == 1 and store.add("n", 5) == 6 and store.add("n", -2) == 4
+        store.delete("a")
+        store.delete("never-there")
+        assert store.try_get("a") is None
+        assert server.keys() == ["n"]
+        store.set("s", b"text")
+        with pytest.raises(DistError, match="not a counter"):
+            store.add("s")
+
+
+@pytest.mark.timeout(30)
+def test_get_waits_server_side_and_times_out_naming_the_key():
+    tok = token()
+    with StoreServer(tok) as server, Store(*server.address, tok) as a, Store(*server.address, tok) as b:
+        t0 = time.monotonic()
+        with pytest.raises(StoreTimeout, match="'no/such/key'"):
+            a.get("no/such/key", 0.5)
+        assert 0.4 < time.monotonic() - t0 < 3.0
+        import threading
+
+        threading.Timer(0.3, b.set, args=("late", b"v")).start()
+        assert a.get("late", 5.0) == b"v"
+
+
+@pytest.mark.timeout(30)
+def test_wrong_token_is_refused_and_the_server_keeps_serving():
+    tok = token()
+    with StoreServer(tok) as server, Store(*server.address, tok) as good:
+        good.set("k", b"1")
+        port = server.address[1]
+        with pytest.raises(StoreRefused, match=f"the store at 127.0.0.1:{port} refused this process: it does not hold the run's token"):
+            Store(*server.address, token())
+        assert good.get("k", 1.0) == b"1"
+        with Store(*server.address, tok) as again:
+            assert again.try_get("k") == b"1"
+
+
+@pytest.mark.timeout(30)
+def test_garbage_peers_are_dropped_without_breaking_the_server():
+    tok = token()
+    with StoreServer(tok) as server, Store(*server.address, tok) as good:
+        # Unauthenticated garbage: read the nonce, answer junk, get refused and closed.
+        with socket.create_connection(server.address, timeout=5) as raw:
+            assert len(raw.recv(32)) == 32
+            raw.sendall(os.urandom(32))
+            assert raw.recv(1) == b"\x00"
+            assert raw.recv(1) == b""
+        # A blob of junk, sent without waiting for the nonce.
+        with socket.create_connection(server.address, timeout=5) as raw:
+            raw.sendall(b"\xff" * 65536)
+            try:
+                while raw.recv(4096):
+                    pass
+            except ConnectionResetError:
+                pass  # closed with junk unread: the kernel resets, as it should
+        # A peer that says nothing must not hold anyone else up.
+        silent = socket.create_connection(server.address, timeout=5)
+        # One that connects and hangs up at once.
+        socket.create_connection(server.address, timeout=5).close()
+        # An authenticated peer that sends a frame with an unknown op, then a huge length.
+        with Store(*server.address, tok) as bad:
+            bad._sock.sendall(b"\x09" + (2**32 - 1).to_bytes(4, "big") * 2)
+            with pytest.raises(StoreUnreachable, match="lost the run's store"):
+                bad.try_get("k")
+        good.set("k", b"still here")
+        assert good.get("k", 1.0) == b"still here"
+        silent.close()
+
+
+@pytest.mark.timeout(30)
+def test_unreachable_and_lost_stores_say_so():
+    tok = token()
+    server = StoreServer(tok)
+    host, port = server.address
+    store = Store(host, port, tok, timeout_s=5)
+    server.close()
+    with pytest.raises(StoreUnreachable, match=f"lost the run's store at {host}:{port}: its launcher or rank 0 has exited"):
+        store.get("k", 2.0)
+    with pytest.raises(StoreUnreachable, match=f"{host}:{port}"):
+        Store(host, port, tok, timeout_s=2)
+
+
+# -- the group, across real processes ------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_collectives_across_three_processes(tmp_path):
+    tok = token()
+    with StoreServer(tok) as server:
+        assert finish(spawn(server, tok, range(3), 3, "collectives", 20, tmp_path)) == [0, 0, 0]
+    for rank in range(3):
+        got = result(tmp_path, rank)
+        assert got["b"] == {"from": 1} and got["a"] == [0, 10, 20]
+        assert got["g"] == (["r0", "r1", "r2"] if rank == 2 else None)
+
+
+@pytest.mark.timeout(60)
+def test_a_missing_rank_times_the_others_out_naming_it_and_the_step(tmp_path):
+    tok = token()
+    with StoreServer(tok) as server:
+        t0 = time.monotonic()
+        assert finish(spawn(server, tok, [1, 2], 3, "collectives", 2, tmp_path)) == [3, 3]
+        assert time.monotonic() - t0 < 15
+    for rank in (1, 2):
+        got = result(tmp_path, rank)
+        assert got["error"] == "PeerTimeout"
+        assert got["message"] == f"rank {rank}: waited 2 s at step 'start' for rank(s) 0 (never arrived)"
+        assert 1.9 < got["elapsed"] < 4.0
+
+
+@pytest.mark.timeout(60)
+def test_abort_reaches_every_waiting_rank_as_peer_failed(tmp_path):
+    tok = token()
+    with StoreServer(tok) as server:
+        assert finish(spawn(server, tok, range(3), 3, "abort", 30, tmp_path)) == [0, 3, 3]
+    for rank in (1, 2):
+        got = result(tmp_path, rank)
+        assert got["error"] == "PeerFailed" and got["message"] == "rank 0 gave up: boom"
+        assert got["elapsed"] < 5
+
+
+@pytest.mark.timeout(60)
+def test_ranks_at_different_steps_fail_fast_as_diverged(tmp_path):
+    tok = token()
+    with StoreServer(tok) as server:
+        assert finish(spawn(server, tok, range(2), 2, "diverge", 30, tmp_path)) == [3, 3]
+    got = result(tmp_path, 0)
+    assert "diverged at call 1" in got["message"] and "'step-1'" in got["message"]
+    assert got["elapsed"] < 5
+
+
+@pytest.mark.timeout(60)
+def test_keys_are_deleted_once_read_so_the_store_stays_small(tmp_path):
+    tok = token()
+    with StoreServer(tok) as server:
+        assert finish(spawn(server, tok, range(3), 3, "many", 20, tmp_path), limit=50) == [0, 0, 0]
+        # 600 calls a rank; left: where each rank last was, and the leave counter.
+        assert server.keys() == ["t/at/0", "t/at/1", "t/at/2", "t/closed"]
+
+
+@pytest.mark.timeout(60)
+def test_two_concurrent_runs_do_not_interfere(tmp_path):
+    tok_a, tok_b = token(), token()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with StoreServer(tok_a) as a, StoreServer(tok_b) as b:
+        with pytest.raises(StoreRefused):
+            Store(*a.address, tok_b)
+        procs = spawn(a, tok_a, range(3), 3, "collectives", 20, tmp_path / "a")
+        procs += spawn(b, tok_b, range(2), 2, "many", 20, tmp_path / "b")
+        assert finish(procs, limit=50) == [0] * 5
+    assert result(tmp_path / "a", 0)["a"] == [0, 10, 20]
+    assert result(tmp_path / "b", 1) == {"ok": True}
+
+
+def test_group_refuses_bad_arguments():
+    tok = token()
+    with StoreServer(tok) as server, Store(*server.address, tok) as store:
+        with pytest.raises(DistError, match="rank 3"):
+            Group(store, 3, 3, "r")
+        g = Group(store, 0, 1, "r", timeout_s=1)
+        assert g.allgather("x", "one") == ["x"] and g.gather(1, "g") == [1]
+        with pytest.raises(DistError, match="root 1"):
+            g.broadcast(1, "b", root=1)
+
+
+# -- shared memory --------------------------------------------------------------
+
+
+SHM_CHILD = r"""
+import sys
+from pathlib import Path
+from purlin_bench.dist import Segment
+seg = Segment.open(Path(sys.argv[1]), "buf", 16)
+assert bytes(seg.buffer[:4]) == b"ping"
+seg.buffer[4:8] = b"pong"
+seg.close()
+"""
+
+
+def test_segments_share_bytes_across_processes_and_are_private():
+    run = f"test{secrets.token_hex(4)}"
+    d = run_dir(run)
+    try:
+        assert stat.S_IMODE(os.stat(d).st_mode) == 0o700 and d.name == f"purlin-{os.getuid()}-{run}"
+        assert (d / "owner").read_text() == str(os.getpid())
+        assert run_dir(run) == d and run_dirs(run) == [d]
+        seg = Segment.create(d, "buf", 16)
+        assert stat.S_IMODE(os.stat(d / "buf").st_mode) == 0o600
+        seg.buffer[:4] = b"ping"
+        subprocess.run([sys.executable, "-c", SHM_CHILD, str(d)], check=True, timeout=20)
+        assert bytes(seg.buffer[4:8]) == b"pong"
+        seg.unlink()
+        assert not (d / "buf").exists()
+        seg.buffer[0:1] = b"P"  # the mapping outlives the file
+        assert bytes(seg.buffer[:8]) == b"Pingpong"
+        seg.close()
+        first = Segment.create(d, "dup", 8)
+        with pytest.raises(DistError, match="cannot create"):
+            Segment.create(d, "dup", 8)
+        first.close()
+        with pytest.raises(DistError, match="reserved"):
+            Segment.create(d, "owner", 8)
+        for bad in ("../x", "a/b", "", ".."):
+            with pytest.raises(DistError, match="not a safe name"):
+                Segment.create(d, bad, 8)
+    finally:
+        remove_run_dir(d)
+    assert not d.exists() and run_dirs(run) == []
+
+
+def test_sweep_stale_removes_only_dirs_whose_owner_is_gone():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale, live = run_dir(f"stale{secrets.token_hex(4)}"), run_dir(f"live{secrets.token_hex(4)}")
+    try:
+        (stale / "owner").write_text(str(dead.pid))
+        assert sweep_stale() >= 1
+        assert not stale.exists() and live.exists()
+    finally:
+        remove_run_dir(stale)
+        remove_run_dir(live)
+
+
+# -- the environment --------------------------------------------------------------
+
+
+def test_from_environ_reads_purlin_and_torchrun_variables():
+    assert from_environ({}) is None
+    assert from_environ({"RANK": "0"}) is None
+    tok = token()
+    env = from_environ({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "PURLIN_STORE": "127.0.0.1:5000",
+                        "PURLIN_TOKEN": tok.hex(), "PURLIN_RUN": "abc123", "PURLIN_DEVICE": "3"})
+    assert env == RankEnv(1, 4, 1, ("127.0.0.1", 5000), tok, "abc123", 3, "purlin")
+    assert tok.hex() not in repr(env)
+    tr = from_environ({"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "2", "MASTER_ADDR": "x", "TORCHELASTIC_RUN_ID": "a/b"})
+    assert tr == RankEnv(2, 3, 2, None, None, "a_b", None, "torchrun")
+    assert from_environ({"RANK": "0", "WORLD_SIZE": "1"}).run == "torchrun"
+
+
+@pytest.mark.parametrize(("change", "names"), [
+    ({"RANK": "x"}, "RANK"), ({"WORLD_SIZE": "0"}, "WORLD_SIZE"), ({"RANK": "4"}, "RANK=4 is not below WORLD_SIZE=4"),
+    ({"LOCAL_RANK": "-1"}, "LOCAL_RANK"), ({"PURLIN_STORE": "nowhere"}, "PURLIN_STORE"),
+    ({"PURLIN_STORE": "h:99999"}, "PURLIN_STORE"), ({"PURLIN_TOKEN": "zz"}, "PURLIN_TOKEN"),
+    ({"PURLIN_TOKEN": ""}, "PURLIN_TOKEN"), ({"PURLIN_RUN": "../x"}, "PURLIN_RUN"), ({"PURLIN_DEVICE": "gpu0"}, "PURLIN_DEVICE"),
+])
+def test_from_environ_refuses_malformed_values_in_one_line(change, names):
+    base = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "PURLIN_STORE": "127.0.0.1:5000",
+            "PURLIN_TOKEN": "ab" * 32, "PURLIN_RUN": "r"}
+    with pytest.raises(DistError) as info:
+        from_environ({**base, **change})
+    assert names in str(info.value) and "\n" not in str(info.value) and "ab" * 32 not in str(info.value)
+
+
+def test_torchrun_without_torch_says_so(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    monkeypatch.setitem(sys.modules, "torch.distributed", None)
+    with pytest.raises(DistError, match="running under torchrun needs torch"):
+        connect(from_environ({"RANK": "0", "WORLD_SIZE": "1"}), 5)
+
+
+# -- the launcher -----------------------------------------------------------------
+
+
+def child_argv(scenario: str, timeout: float, out: Path) -> list[str]:
+    return ["-c", CHILD, scenario, str(timeout), str(out)]
+
+
+@pytest.mark.timeout(60)
+def test_launch_runs_every_rank_and_only_rank_0_prints(tmp_path, capfd):
+    assert launch(child_argv("launch_ok", 20, tmp_path), 3, devices=[4, 5]) == 0
+    out = capfd.readouterr().out
+    assert out.splitlines() == ['hello from rank 0 [[0, 4, "purlin"], [1, 5, "purlin"], [2, 4, "purlin"]]']
+    # The run's shared-memory folder went with the run.
+    assert not Path(result(tmp_path, 0)["dir"]).exists()
+
+
+@pytest.mark.timeout(60)
+def test_launch_stops_the_others_when_a_rank_is_killed(tmp_path, capfd):
+    t0 = time.monotonic()
+    assert launch(child_argv("launch_kill", 30, tmp_path), 3, grace_s=10) == 128 + signal.SIGKILL
+    assert time.monotonic() - t0 < 10  # the abort stops the others well before the grace runs out
+    assert "purlin: rank 1 was killed by SIGKILL" in capfd.readouterr().err
+    for rank in (0, 2):
+        got = result(tmp_path, rank)
+        assert got["error"] == "PeerFailed" and "rank 1 was killed by SIGKILL" in got["message"]
+    assert all(gone(int((tmp_path / f"pid{r}").read_text())) for r in range(3))
+
+
+@pytest.mark.timeout(60)
+def test_launch_terminates_ranks_that_outstay_the_grace(tmp_path, capfd):
+    # Ranks that sleep instead of waiting on the store never see the abort.
+    code = "import os, sys, time; open(os.path.join(sys.argv[1], 'pid' + os.environ['RANK']), 'w').write(str(os.getpid()))\n" \
+           "if os.environ['RANK'] == '2': sys.exit(7)\ntime.sleep(600)"
+    t0 = time.monotonic()
+    assert launch(["-c", code, str(tmp_path)], 3, grace_s=1) == 7
+    assert time.monotonic() - t0 < 10
+    err = capfd.readouterr().err
+    assert "purlin: rank 2 exited with code 7" in err and "stopping 2 rank(s)" in err
+    assert all(gone(int((tmp_path / f"pid{r}").read_text())) for r in range(3))
+
+
+LAUNCHER = r"""
+import sys
+from purlin_bench.dist import launch
+sys.exit(launch(sys.argv[1:], 2))
+"""
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, *child_argv("hang", 30, tmp_path)], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 20
+    while not all((tmp_path / f"pid{r}").exists() for r in range(2)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=20)[1]
+    assert proc.returncode == 143 and b"purlin: got SIGTERM" in err
+    assert all(gone(int((tmp_path / f"pid{r}").read_text())) for r in range(2))
+
+
+@pytest.mark.timeout(30)
+def test_a_timeout_says_where_a_late_rank_was_last_seen():
+    import threading
+
+    tok = token()
+    with StoreServer(tok) as server, Store(*server.address, tok) as s0, Store(*server.address, tok) as s1:
+        g0, g1 = Group(s0, 0, 2, "r", timeout_s=5), Group(s1, 1, 2, "r", timeout_s=5)
+        other = threading.Thread(target=g1.barrier, args=("a",))
+        other.start()
+        g0.barrier("a")
+        other.join()
+        with pytest.raises(PeerTimeout) as info:
+            g0.barrier("b", timeout_s=0.5)
+        assert str(info.value) == "rank 0: waited 0.5 s at step 'b' for rank(s) 1 (1 last seen at step 'a', call 1; this is call 2)"
+
+
+def test_torchrun_rank_0_serves_the_store_and_its_group_closes_it(monkeypatch):
+    """The torchrun path with a stand-in for torch.distributed (one rank)."""
+    import types
+
+    calls = []
+    fake = types.ModuleType("torch.distributed")
+    fake.is_available = lambda: True
+    fake.is_initialized = lambda: False
+    fake.init_process_group = lambda backend, timeout: calls.append(backend)
+    fake.broadcast_object_list = lambda box, src: calls.append((len(box), src))
+    torch = types.ModuleType("torch")
+    torch.distributed = fake
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)
+    from purlin_bench.dist import env as denv
+
+    group = connect(from_environ({"RANK": "0", "WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "job7"}), 5)
+    assert calls == ["gloo", (3, 0)] and group.run == "job7"
+    assert group.allgather("x", "one") == ["x"]
+    server = denv._server
+    assert server is not None and server.address[0] == "127.0.0.1"
+    group.close()
+    with pytest.raises(StoreUnreachable):
+        Store(*server.address, b"any", timeout_s=2)
