@@ -8,7 +8,8 @@ compares its two slugs with the current machine's:
   "rtx-4090" from "NVIDIA GeForce RTX 4090"), or "cpu" for the numpy reference;
 * ``layout``: how the ranks sit on the hardware: "8vr" for 8 virtual ranks on
   one device (or 8 simulated ranks on the CPU), "nvlink-8" for one rank on each
-  of 8 GPUs with peer access, "pcie-8" for 8 GPUs without it.
+  of 8 GPUs with peer access, "pcie-8" for 8 GPUs without it; with one process
+  per rank "2proc-1gpu" (2 processes on one GPU), "8proc-8gpu", "3proc-cpu".
 
 Each backend detects its own fingerprint (Backend.fingerprint); this module
 holds what they share and imports no backend.
@@ -86,6 +87,12 @@ def layout_slug(ranks: int, gpus: int, peer_access: bool) -> str:
     if gpus <= 1:
         return f"{ranks}vr"
     return f"{'nvlink' if peer_access else 'pcie'}-{gpus}"
+
+
+def procs_layout_slug(procs: int, gpus: int | None) -> str:
+    """One process per rank: N processes on M GPUs (None: on the CPU). A plan
+    for 2 processes time-sliced on one GPU says nothing of 2 on 2 GPUs."""
+    return f"{procs}proc-{'cpu' if gpus is None else f'{gpus}gpu'}"
 
 
 def cpu_model() -> str:

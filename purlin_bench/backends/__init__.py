@@ -70,6 +70,17 @@ def open_backend(name: str, ranks: int, gpus: tuple[int, ...] | None = None, see
 
 
 def make(cls: type[Backend], ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0) -> Backend:
+    """A backend for ``ranks`` ranks; in a process of a run with one process
+    per rank (backends.procs.join), rank 0's backend over every process."""
+    from purlin_bench.backends import procs
+
+    run = procs.current()
+    if run is not None:
+        if gpus:
+            raise PurlinError("--gpus with one process per rank maps ranks to GPUs when the run starts (--procs N --gpus ...), not inside a process")
+        if ranks != run.size:
+            raise PurlinError(f"{ranks} ranks asked for, but this run has {run.size} processes (one rank each)")
+        return procs.drive(cls, run, seed)
     if gpus and not cls.has_devices:
         raise PurlinError(f"--gpus needs a backend that runs on GPUs; {cls.name} simulates its ranks")
     if (len(gpus) if gpus else ranks) < 1:

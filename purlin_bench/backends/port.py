@@ -19,7 +19,7 @@ import platform
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import numpy as np
 
@@ -114,10 +114,17 @@ class Backend(ABC):
     # losers (the finalists are timed again anyway, tune/finals.py).
     trial_policy: ClassVar[TimingPolicy] = TimingPolicy(iters=20, warmup=2, reps=5)
 
-    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0):
+    # Whether one rank of it can run in a process of its own (one process
+    # per rank, buffers shared between them): such a backend takes a
+    # ``procs`` context (backends/procs.py) and then prepares runners that run
+    # this process's rank, while loading and reading every rank's buffers.
+    runs_in_procs: ClassVar[bool] = False
+
+    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, procs: Any = None):
         self.ranks = len(gpus) if gpus else ranks
         self.gpus = tuple(gpus) if gpus else None
         self.seed = seed
+        self.procs = procs
 
     @classmethod
     @abstractmethod
@@ -196,8 +203,18 @@ class Backend(ABC):
         buffer set of ``runner``), computed before any call of it."""
 
     @abstractmethod
-    def time(self, candidates: Sequence[Candidate], policy: TimingPolicy) -> list[Timing]:
-        """Microseconds per call of each candidate, their batches in turns."""
+    def time(self, candidates: Sequence[Candidate], policy: TimingPolicy, between: Callable[[], None] | None = None) -> list[Timing]:
+        """Microseconds per call of each candidate, their batches in turns;
+        ``between`` (when given) runs before every timed batch, outside it:
+        with one process per rank it is a barrier, so every rank starts a
+        batch together and none times its wait for a late peer."""
+
+    def rank_baseline(self, runner: Runner, inst: Instance, name: str) -> Candidate:
+        """With one process per rank: this rank's part of baseline ``name``
+        over ``runner``'s inputs (every rank makes it, and times it, together)."""
+        from purlin_bench.errors import PurlinError
+
+        raise PurlinError(f"backend {self.name} has no baseline {name} with one process per rank")
 
 
 def check_params(backend: type[Backend], params: dict[str, Any]) -> dict[str, Any]:
@@ -213,7 +230,7 @@ def check_params(backend: type[Backend], params: dict[str, Any]) -> dict[str, An
     return {p.name: p.check(params.get(p.name, p.default)) for p in backend.params}
 
 
-def take_turns(batches: Sequence[Any], reps: int) -> list[list[float]]:
+def take_turns(batches: Sequence[Any], reps: int, between: Callable[[], None] | None = None) -> list[list[float]]:
     """``reps`` samples of every batch (a callable returning one sample),
     the batches taking turns; sample ``k`` of every candidate is taken
     before sample ``k + 1`` of any.
@@ -226,6 +243,8 @@ def take_turns(batches: Sequence[Any], reps: int) -> list[list[float]]:
     order = list(range(len(batches)))
     for k in range(reps):
         for i in order if k % 2 == 0 else order[::-1]:
+            if between is not None:
+                between()
             samples[i].append(batches[i]())
     return samples
 

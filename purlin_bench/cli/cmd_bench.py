@@ -9,6 +9,7 @@ from rich.markup import escape
 
 from purlin_bench.backends import AUTO, all_params, make, names, resolve as resolve_backend
 from purlin_bench.backends.port import TimingPolicy
+from purlin_bench.cli.procs import PROCS_HELP, check_procs, launch, ranks_for
 from purlin_bench.bench.measure import DEFAULT, BenchOptions, Measurer
 from purlin_bench.bench import nccl_log
 from purlin_bench.bench.report import TableLayout, summary, write_csv, write_json
@@ -46,7 +47,7 @@ def bench(
     root: int = typer.Option(0, "-r", "--root", help="root rank of rooted collectives"),
     check: int = typer.Option(1, "-c", "--check", help="1: count wrong elements against the reference"),
     cudagraph: int = typer.Option(5, "-G", "--cudagraph", help="replay each captured batch this many times (median); 0: eager launches"),
-    ranks: int = typer.Option(8, "--ranks", help="virtual ranks on one GPU"),
+    ranks: Optional[int] = typer.Option(None, "--ranks", help="virtual ranks on one GPU [default: 8; with --procs the run's]"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="one rank per GPU: '0,1,2,3' or 'all'"),
     strategy: str = typer.Option("auto", "--strategy", help="a strategy, 'auto' (untuned default) or 'all'"),
     plan: Optional[str] = typer.Option(None, "--plan", help="a tuned plan file, or 'auto' to find one for this GPU"),
@@ -63,8 +64,15 @@ def bench(
     csv_out: Optional[str] = typer.Option(None, "--csv", help="write one CSV row per size here"),
     plot_out: Optional[str] = typer.Option(None, "--plot", help="write a bandwidth/latency plot (PNG) here"),
     fmt: str = typer.Option(AUTO, "--format", help=f"stdout layout: {' | '.join(FORMATS)}; auto: table on a terminal, nccl-tests' text otherwise (logs its readers parse)"),
+    procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
 ) -> None:
     """Measure collectives like nccl-tests: time, algbw, busbw, #wrong, in and out of place."""
+    if procs is not None:
+        counts = common.int_list(procs, "--procs", minimum=1)
+        backend_cls, _ = resolve_backend(backend)
+        check_procs(counts, backend_cls, None if ranks is None else str(ranks))
+        raise typer.Exit(launch(counts, common.gpu_devices(gpus, backend_cls), common.invocation))
+    ranks = ranks_for([ranks] if ranks is not None else None, [8])[0]
     outputs.check_output(json_out, "--json")
     outputs.check_output(csv_out, "--csv")
     outputs.check_plot(plot_out, "--plot")

@@ -14,7 +14,8 @@ from typer.core import TyperCommand
 
 from purlin_bench.cli import check_matrix as m
 from purlin_bench.cli.limits import check_check
-from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, note
+from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, invocation, note
+from purlin_bench.cli.procs import PROCS_HELP, check_procs, launch, ranks_for
 from purlin_bench.cli.targets import many_specs
 from purlin_bench.backends import AUTO, REFERENCE, names, resolve
 from purlin_bench.errors import PurlinError
@@ -109,7 +110,7 @@ def _run_all(items: list, runner: m.Runner, show_progress: bool) -> list[m.Outco
 
 def check(
     collective: Optional[str] = typer.Argument(None, help="A built-in collective, 'all', or a path to a .yaml spec."),
-    ranks: str = typer.Option("2,3,8", "--ranks", help="Rank counts, comma separated."),
+    ranks: Optional[str] = typer.Option(None, "--ranks", help="Rank counts, comma separated [default: 2,3,8; with --procs the run's]."),
     strategy: str = typer.Option("all", "--strategy", "-s", help="'all' (every strategy) or names, comma separated."),
     dtype: str = typer.Option("float32", "--dtype", "-d", help="'all' or dtypes, comma separated (float32, float64, float16, bfloat16, int32)."),
     count: str = typer.Option("1001", "--count", help="Element counts, comma separated (see 'count' in README: per chunk or per buffer)."),
@@ -123,15 +124,21 @@ def check(
     failed_only: bool = typer.Option(False, "--failed-only", help="List only failed combinations in the table (the summary counts all)."),
     as_json: bool = typer.Option(False, "--json", help="Print results and summary as JSON to stdout."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="One rank per GPU: '0,1,2,3' or 'all' (cupy); replaces --ranks."),
+    procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
 ) -> None:
     """Check collectives against their reference semantics, for every
     combination of rank count, root, count, dtype, reduction, strategy and
     in-place asked for. Strategies that do not apply are n/a, not failures."""
     chosen, why = resolve(backend)
     devices = gpu_devices(gpus, chosen)
+    if procs is not None:
+        counts = int_list(procs, "--procs", minimum=1)
+        check_procs(counts, chosen, ranks)
+        raise typer.Exit(launch(counts, devices, invocation))
+    given = int_list(ranks, "--ranks", minimum=1) if ranks else None
     request = m.Request(
         specs=tuple(many_specs(collective, spec_files or [])),
-        ranks=(len(devices),) if devices else tuple(int_list(ranks, "--ranks", minimum=1)),
+        ranks=(len(devices),) if devices else tuple(ranks_for(given, [2, 3, 8])),
         strategies=m.parse_strategies(strategy),
         dtypes=m.parse_dtypes(dtype),
         counts=tuple(int_list(count, "--count", minimum=0)),

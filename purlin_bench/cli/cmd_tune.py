@@ -19,6 +19,7 @@ from rich.table import Table
 from purlin_bench.cli import common, limits, outputs
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.backends import AUTO, names, resolve as resolve_backend
+from purlin_bench.cli.procs import PROCS_HELP, check_procs, launch, ranks_for
 from purlin_bench.errors import PurlinError
 from purlin_bench.sizes import parse_bytes
 from purlin_bench.spec.loader import load_all_builtin, resolve
@@ -55,6 +56,7 @@ def tune(
     sizes: Optional[str] = typer.Option(None, "--sizes", help="override the sweep's size buckets, e.g. 8,64K,1M"),
     max_bytes: Optional[str] = typer.Option(None, "--max-bytes", help="keep only buckets that end at or below this size [default: the backend's: none on a GPU, 64K on the CPU reference]"),
     force: bool = typer.Option(False, "--force", help="confirm the finalists again and rewrite plans that are already complete"),
+    procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
 ) -> int:
     # Imported here: they pull Optuna's storage layer and the planner in.
     from purlin_bench.tune.driver import TuneRequest, plan_jobs, run_tune
@@ -81,6 +83,11 @@ def tune(
         raise PurlinError(f"--timeout must be > 0 seconds, got {timeout}")
     chosen = resolve_sweep(sweep)
     specs = tuple(load_all_builtin()) if collective == "all" else (resolve(collective),)
+    if procs is not None:
+        counts = common.int_list(procs, "--procs", minimum=1)
+        backend_cls, _ = resolve_backend(backend)
+        check_procs(counts, backend_cls, ranks)
+        raise typer.Exit(launch(counts, common.gpu_devices(gpus, backend_cls), common.invocation))
     # Notes wait until every input is validated: bad input is one line, alone.
     notes: list[str] = []
     backend_cls, why = resolve_backend(backend)
@@ -94,7 +101,7 @@ def tune(
         notes.append(short)
     out = out if out is not None else Path(default_results_dir(backend_cls.name))
     dtypes = tuple(resolve_dtype(d)[0] for d in common.name_list(dtype)) if dtype else chosen.dtypes
-    rank_counts = tuple(common.int_list(ranks, "--ranks", minimum=1)) if ranks else chosen.ranks
+    rank_counts = tuple(ranks_for(common.int_list(ranks, "--ranks", minimum=1) if ranks else None, list(chosen.ranks)))
     request = TuneRequest(
         collectives=specs,
         sweep=chosen,

@@ -27,7 +27,7 @@ except ImportError:  # older typer depends on click itself
     from click import exceptions as click_exceptions
 
 import purlin_bench
-from purlin_bench.cli import common
+from purlin_bench.cli import common, procs
 from purlin_bench.errors import PurlinError
 
 # name -> one line for `purlin --help` (the command's docstring says more).
@@ -100,7 +100,10 @@ def run(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
     common.invocation[:] = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = app(args=argv, prog_name="purlin", standalone_mode=False)
+        # One of a run's processes (--procs, torchrun): the workers serve
+        # rank 0 here and never parse the command line.
+        worker = procs.enter()
+        result = worker if worker is not None else app(args=argv, prog_name="purlin", standalone_mode=False)
         code = result if isinstance(result, int) else 0
         sys.stdout.flush()  # here, not at exit: a full disk is then caught below
     except BrokenPipeError:  # stdout's reader went away (`| head`)
@@ -129,6 +132,8 @@ def run(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         common.error("interrupted")
         code = 130
+    finally:
+        procs.leave()
     if argv is None:
         sys.exit(code)
     return code

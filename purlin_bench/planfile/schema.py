@@ -38,7 +38,7 @@ def fingerprint_schema() -> dict[str, Any]:
     return _object({
         "backend": {"type": "string", "enum": list(BACKENDS)},
         "gpu_type": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]*$", "description": "h200, a100, ...; cpu for the numpy reference."},
-        "layout": {"type": "string", "pattern": "^([0-9]+vr|(nvlink|pcie)-[0-9]+)$", "description": "8vr: 8 virtual ranks on one device; nvlink-8: one rank per GPU on 8 GPUs with peer access."},
+        "layout": {"type": "string", "pattern": "^([0-9]+vr|(nvlink|pcie)-[0-9]+|[0-9]+proc-([0-9]+gpu|cpu))$", "description": "8vr: 8 virtual ranks on one device; nvlink-8: one rank per GPU on 8 GPUs with peer access; 2proc-1gpu: one process per rank, 2 processes on 1 GPU (3proc-cpu: on the CPU reference)."},
         "ranks": {"type": "integer", "minimum": 1},
         "link": {"type": "string"},
         "device_name": {"type": "string"},

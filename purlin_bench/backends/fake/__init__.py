@@ -168,7 +168,7 @@ class FakeBackend(Backend):
     def reference(self, runner: FakeRunner, inst: Instance, inputs: Sequence[np.ndarray]) -> FakeReference:
         return FakeReference(inst, runner.program, inputs, self)
 
-    def time(self, candidates: Sequence[Clocked], policy: TimingPolicy) -> list[Timing]:
+    def time(self, candidates: Sequence[Clocked], policy: TimingPolicy, between=None) -> list[Timing]:
         for c in candidates:
             if c.fail:
                 raise ExecutionError("watchdog: the fake device timed out mid-batch")
@@ -180,7 +180,7 @@ class FakeBackend(Backend):
 
             return batch
 
-        samples = take_turns([batch_of(c) for c in candidates], policy.reps)
+        samples = take_turns([batch_of(c) for c in candidates], policy.reps, between)
         return [Timing(float(np.median(s)), tuple(s)) for s in samples]
 
 

@@ -13,10 +13,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from purlin_bench.backends.numpy.executor import Call, NumpyRunner
+from purlin_bench.backends.numpy.ranks import RankRunner
 from purlin_bench.backends.port import Backend, TimingPolicy, check_params, take_turns
 from purlin_bench.dtypes import count_wrong
 from purlin_bench.errors import PurlinError
-from purlin_bench.hardware import Fingerprint, cpu_model, layout_slug
+from purlin_bench.hardware import Fingerprint, cpu_model, layout_slug, procs_layout_slug
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
 from purlin_bench.timing import Timing
@@ -43,6 +44,7 @@ class NumpyBackend(Backend):
     description = "numpy CPU reference"
     timing_kind = "cpu-reference"
     has_devices = False
+    runs_in_procs = True
     default_bench_max = "1M"
     # A default tune must end in about a minute on 2 cores (issue 15): the
     # small buckets, and fewer trials than a GPU sweep asks (the reference
@@ -53,21 +55,28 @@ class NumpyBackend(Backend):
     # only exercise the path.
     trial_policy = TimingPolicy(iters=1, warmup=1, reps=3)
 
+    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, procs: Any = None):
+        super().__init__(ranks, gpus, seed, procs)
+        self._prepared = 0
+
     @classmethod
     def available(cls) -> str | None:
         return None
 
     def describe(self) -> str:
+        if self.procs:
+            return f"numpy CPU reference, {self.ranks} ranks in shared memory"
         return f"numpy CPU reference, {self.ranks} simulated ranks"
 
     def fingerprint(self) -> Fingerprint:
         model = cpu_model()
+        procs = self.procs is not None
         return Fingerprint(
             backend=self.name,
             gpu_type="cpu",
-            layout=layout_slug(self.ranks, 1, False),
+            layout=procs_layout_slug(self.ranks, None) if procs else layout_slug(self.ranks, 1, False),
             ranks=self.ranks,
-            link=f"{self.ranks} simulated ranks on the CPU (numpy reference)",
+            link=f"{self.ranks} processes on the CPU over shared memory (numpy reference)" if procs else f"{self.ranks} simulated ranks on the CPU (numpy reference)",
             device_name=model,
             cpu_model=model,
         )
@@ -88,16 +97,21 @@ class NumpyBackend(Backend):
         return f"CPU wall clock, {iters} calls per batch, {warm} warm-up call{'s' if warm != 1 else ''}, median of {reps} batches{capped}{graphs}"
 
     def baselines(self) -> tuple[str, ...]:
-        return (self.name,)
+        # With one process per rank there is no plain CPU code to compare
+        # with (the reference computed in one process is not a collective).
+        return () if self.procs else (self.name,)
 
-    def prepare(self, program: Program, sets: int = 1, **params: Any) -> NumpyRunner:
+    def prepare(self, program: Program, sets: int = 1, **params: Any) -> NumpyRunner | RankRunner:
         check_params(type(self), params)
+        if self.procs:
+            self._prepared += 1  # the same count on every rank: the shared files' names
+            return RankRunner(program, self.procs, sets, tag=f"p{self._prepared}")
         return NumpyRunner(program, self.seed, sets)
 
     def reference(self, runner: Any, inst: Instance, inputs: Sequence[np.ndarray]) -> HostReference:
         return HostReference(inst, runner.program.redop, inputs)
 
-    def time(self, candidates: Sequence[Call], policy: TimingPolicy) -> list[Timing]:
+    def time(self, candidates: Sequence[Call], policy: TimingPolicy, between=None) -> list[Timing]:
         # Capped: a 1 MiB reference call takes milliseconds, and a bench of
         # 20 x 5 calls a size would take minutes for numbers that mean little.
         iters, reps = min(policy.iters, self.MAX_ITERS), min(policy.reps, self.MAX_REPS)
@@ -114,7 +128,7 @@ class NumpyBackend(Backend):
 
             return batch
 
-        samples = take_turns([batch_of(c) for c in candidates], reps)
+        samples = take_turns([batch_of(c) for c in candidates], reps, between)
         return [Timing(float(np.median(s)), tuple(s)) for s in samples]
 
 

@@ -1,0 +1,188 @@
+"""The CPU reference with one process per rank, over shared memory.
+
+Every rank's buffers (each buffer set's in, out and scratch) and flag words
+live in files of the run's private folder (dist/shm.py), mapped by every
+process of the run and unlinked as soon as all have mapped them, so a
+killed run leaves nothing behind. A rank runs only its own lists: any of
+its channels whose next step's flags are set may go, so the channels of one
+rank never wait on each other (as the GPU's blocks do not); a wait that runs
+past the watchdog raises a WatchdogTimeout naming rank, channel, step and flag.
+
+Memory order: a Notify is a plain 8-byte store to the peer's flag word after
+the data stores of the steps before it. x86-64 keeps stores in program order
+as seen by other cores (and a load is not passed by a later load), which is
+all the release/acquire pairing the protocol needs there; only one process
+ever writes a given flag word (one notifier a flag), so the increment needs
+no atomic read-modify-write.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import numpy as np
+
+from purlin_bench.backends.numpy.executor import Call, poison
+from purlin_bench.dist.shm import Segment
+from purlin_bench.dtypes import accumulate, resolve_dtype
+from purlin_bench.errors import ExecutionError, WatchdogTimeout
+from purlin_bench.program.model import Consume, Notify, Program, Ref, Stage
+
+BUFFERS = ("in", "out", "scratch")
+# Spinning on two CI cores starves the very peer a rank waits for: after a
+# few empty polls a waiter sleeps, up to this long.
+_MAX_NAP_S = 0.001
+
+
+class RankRunner:
+    """Rank ``procs.rank``'s part of ``program`` over ``sets`` buffer sets
+    shared with every other process of the run (the port's Runner)."""
+
+    def __init__(self, program: Program, procs, sets: int, tag: str):
+        self.program, self.procs, self.sets = program, procs, max(1, sets)
+        self.rank = procs.rank
+        _, self.dtype = resolve_dtype(program.dtype)
+        self.epoch = 0
+        self._segments: list[Segment] = []
+        self._layout = self._buffer_layout()
+        per_set = sum(n for _, n in self._layout.values()) or 1
+        group = procs.group
+        mine = [Segment.create(procs.folder, f"{tag}-r{self.rank}-flags", 8 * max(1, program.flag_counts[self.rank]))]
+        mine += [Segment.create(procs.folder, f"{tag}-r{self.rank}-s{s}", per_set * self.dtype.itemsize) for s in range(self.sets)]
+        self._segments += mine
+        try:
+            group.barrier(f"{tag}-created")
+            self.flags, self.memory = [], []
+            for r in range(program.ranks):
+                flags = mine[0] if r == self.rank else self._open(f"{tag}-r{r}-flags", 8 * max(1, program.flag_counts[r]))
+                self.flags.append(np.frombuffer(flags.buffer, dtype=np.uint64))
+                sets_of_r = mine[1:] if r == self.rank else [self._open(f"{tag}-r{r}-s{s}", per_set * self.dtype.itemsize) for s in range(self.sets)]
+                self.memory.append([np.frombuffer(seg.buffer, dtype=self.dtype) for seg in sets_of_r])
+            group.barrier(f"{tag}-mapped")
+        finally:
+            for seg in mine:
+                seg.unlink()  # every process has it mapped (or the run failed): no file outlives the run
+        self.flags[self.rank][:] = 0
+        self.heads = [0] * len(program.lists[self.rank])
+
+    def _open(self, name: str, nbytes: int) -> Segment:
+        seg = Segment.open(self.procs.folder, name, nbytes)
+        self._segments.append(seg)
+        return seg
+
+    def _buffer_layout(self) -> dict[tuple[int, str], tuple[int, int]]:
+        """(rank, physical buffer) -> (offset, elements) within a rank's set."""
+        p, out = self.program, {}
+        for r in range(p.ranks):
+            at = 0
+            for buf in BUFFERS:
+                rank, phys, _ = p.physical(Ref(r, buf, 0, 0))
+                if (rank, phys) not in out:
+                    n = p.buffer_count(rank, phys)
+                    out[(rank, phys)] = (at, n)
+                    at += n
+        return out
+
+    def view(self, ref: Ref, slot: int) -> np.ndarray:
+        rank, buf, offset = self.program.physical(ref)
+        base, _ = self._layout[(rank, buf)]
+        return self.memory[rank][slot][base + offset : base + offset + ref.count]
+
+    def buffer(self, rank: int, buf: str, slot: int) -> np.ndarray:
+        return self.view(Ref(rank, buf, 0, self.program.buffer_count(rank, buf)), slot)
+
+    # -- the port -------------------------------------------------------------
+    def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
+        p = self.program
+        if len(inputs) != p.ranks:
+            raise ExecutionError(f"expected {p.ranks} input arrays, got {len(inputs)}")
+        for r, x in enumerate(inputs):
+            if x.shape != (p.in_counts[r],):
+                raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({p.in_counts[r]},)")
+            self.buffer(r, "in", slot)[...] = x
+
+    def outputs(self, slot: int = 0) -> list[np.ndarray]:
+        return [self.buffer(r, "out", slot).copy() for r in range(self.program.ranks)]
+
+    def run(self, slot: int = 0) -> None:
+        self._poison(slot)
+        self.epoch += 1
+        self._walk(slot)
+
+    def _poison(self, slot: int) -> None:
+        """Outputs and scratch of this rank, outside an in-place input: peers
+        write them only after this rank's ready notify, which comes later."""
+        p, r = self.program, self.rank
+        if p.scratch_count:
+            poison(self.buffer(r, "scratch", slot))
+        out = self.buffer(r, "out", slot)
+        if p.inplace_offsets is None:
+            poison(out)
+        elif p.out_counts[r] >= p.in_counts[r]:
+            lo, hi = p.inplace_offsets[r], p.inplace_offsets[r] + p.in_counts[r]
+            poison(out[:lo])
+            poison(out[hi:])
+
+    def _walk(self, slot: int) -> None:
+        lists = self.program.lists[self.rank]
+        heads = [0] * len(lists)
+        since, naps = time.monotonic(), 0
+        while any(h < len(steps) for h, steps in zip(heads, lists)):
+            moved = False
+            for c, steps in enumerate(lists):
+                while heads[c] < len(steps) and self._ready(steps[heads[c]]):
+                    self._step(steps[heads[c]], slot)
+                    heads[c] += 1
+                    moved = True
+            if moved:
+                since, naps = time.monotonic(), 0
+                continue
+            if time.monotonic() - since > self.procs.watchdog_s:
+                self._timeout(lists, heads, time.monotonic() - since)
+            naps += 1
+            time.sleep(0 if naps < 50 else min(_MAX_NAP_S, 1e-5 * naps))
+        self.heads = heads
+
+    def _ready(self, step) -> bool:
+        if isinstance(step, Consume):
+            return all(int(self.flags[f.rank][f.index]) >= self.epoch for f in step.waits)
+        return True
+
+    def _step(self, step, slot: int) -> None:
+        if isinstance(step, Stage):
+            for dst in step.dsts:
+                self.view(dst, slot)[...] = self.view(step.src, slot)
+        elif isinstance(step, Notify):
+            self.flags[step.flag.rank][step.flag.index] += np.uint64(1)
+        elif isinstance(step, Consume) and step.op != "wait":
+            parts = [self.view(s, slot).copy() for s in step.srcs]
+            value = parts[0] if step.op == "copy" else accumulate(parts, self.program.redop or "sum").astype(self.dtype)
+            for dst in step.dsts:
+                self.view(dst, slot)[...] = value
+
+    def _timeout(self, lists, heads, waited: float) -> None:
+        for c, steps in enumerate(lists):
+            if heads[c] < len(steps):
+                step = steps[heads[c]]
+                flag = next(f for f in step.waits if int(self.flags[f.rank][f.index]) < self.epoch)
+                value = int(self.flags[flag.rank][flag.index])
+                raise WatchdogTimeout(
+                    f"watchdog: rank {self.rank} channel {c} step {heads[c]} waited {waited:.1f} s on {flag.text()} "
+                    f"(value {value}, needed {self.epoch}) in {self.program.collective}/{self.program.strategy}; its notify never came"
+                )
+
+    def reset(self) -> None:
+        """After a failed call on any rank (every rank has left it): zero this
+        rank's flags and the epoch, as every other rank does with its own."""
+        self.flags[self.rank][:] = 0
+        self.epoch = 0
+
+    def candidate(self) -> Call:
+        return Call(lambda i: self.run(i % self.sets))
+
+    def close(self) -> None:
+        self.flags, self.memory = [], []
+        for seg in self._segments:
+            seg.close()
+        self._segments.clear()

@@ -1,0 +1,412 @@
+"""One process per rank: rank 0 drives, every other rank serves.
+
+The way serving stacks and ``torchrun`` jobs run: each process owns one rank,
+and their buffers are shared (CUDA IPC on a GPU, shared memory on the CPU
+reference). Everything above the backends stays as it is: rank 0 runs the
+command (check, bench, tune) and gets a **Driver**, a Backend whose runners
+load and read every rank's buffers in this process (the memory is shared)
+and whose calls and timings are commands that every rank runs at once, each
+its own part. The other ranks run :func:`serve`: they take commands in order
+and answer each; nothing of the command line runs there.
+
+* A row's time is the slowest rank's (as nccl-tests reports it); a check
+  reads every rank's outputs, so ``#wrong`` counts every rank's elements.
+* Every wait is bounded: a command's answer by ``command_s``, a worker's
+  wait for its next command by ``idle_s``; a rank that dies is a DistError
+  naming it and the step (and our launcher stops the rest, dist/launch.py).
+* After a call fails on any rank (a watchdog, a deadlock), every rank resets
+  that runner's flags before the error is raised, so the next call starts
+  clean on all of them; a lost rank ends the run.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from purlin_bench.backends.port import Backend, Runner, TimingPolicy
+from purlin_bench.dist import Group, RankEnv, connect
+from purlin_bench.dist.group import abort_key
+from purlin_bench.dist.errors import DistError
+from purlin_bench.dist.shm import remove_run_dir, run_dir
+from purlin_bench.errors import ExecutionError, PurlinError
+from purlin_bench.hardware import Fingerprint
+from purlin_bench.program.model import Program
+from purlin_bench.spec.instance import Instance
+from purlin_bench.timing import Timing
+
+# How long a flag wait of the CPU reference may take, and a command's answer:
+# on one GPU, ranks are time-sliced (milliseconds a cross-process wait), on
+# two CI cores five processes take turns; a wait must outlast many slices.
+WATCHDOG_S = float(os.environ.get("PURLIN_WATCHDOG_S", "20"))
+COMMAND_S = 600.0
+IDLE_S = 1800.0
+
+
+@dataclass(frozen=True)
+class Procs:
+    """What a backend in one process of a run is given: the group, which
+    rank and device it is, a private folder for shared memory, how long a
+    flag wait may take."""
+
+    group: Group
+    rank: int
+    size: int
+    device: int | None
+    folder: Path
+    launcher: str
+    watchdog_s: float = WATCHDOG_S
+
+    def describe(self) -> str:
+        return f"{self.size} processes ({self.launcher}), one rank each; a time is the slowest rank's"
+
+
+_joined: list[Procs] = []
+
+
+def join(env: RankEnv) -> Procs:
+    """Join this process's run (once; then :func:`current` returns it)."""
+    if _joined:
+        return _joined[0]
+    group = connect(env, timeout_s=COMMAND_S)
+    folder = str(run_dir(env.run)) if group.rank == 0 else None
+    folder = group.broadcast(folder, "folder")
+    procs = Procs(group, group.rank, group.size, env.device, Path(folder), env.launcher)
+    _joined.append(procs)
+    return procs
+
+
+def current() -> Procs | None:
+    """The run this process joined, if any."""
+    return _joined[0] if _joined else None
+
+
+def leave() -> None:
+    """Rank 0 tells the workers to stop; everyone lets go of the run."""
+    if not _joined:
+        return
+    procs = _joined.pop()
+    try:
+        if procs.rank == 0:
+            _send(procs, ("exit",))
+            remove_run_dir(procs.folder)
+    except PurlinError:
+        pass  # a worker already gone: the launcher reports it
+    finally:
+        procs.group.close()
+
+
+# -- the command channel ------------------------------------------------------
+# Commands are numbered; rank 0 writes ``cmd/N``, rank k answers ``ans/N/k``.
+_sequence = [0]
+# A wait polls in slices this long, so that a run stopped by its launcher (a
+# rank died: it sets the run's abort key) is noticed within a slice.
+_SLICE_S = 0.25
+
+
+def _send(procs: Procs, command: tuple) -> None:
+    _sequence[0] += 1
+    procs.group.store.set(f"cmd/{_sequence[0]}", pickle.dumps(command))
+    # Each worker reads it once; the previous command is then read by all.
+    if _sequence[0] > 1:
+        procs.group.store.delete(f"cmd/{_sequence[0] - 1}")
+
+
+def _answers(procs: Procs, what: str) -> list[Any]:
+    """Every worker's answer to the last command, in rank order; an error
+    answer is raised as that rank's error."""
+    out: list[Any] = [None]
+    for rank in range(1, procs.size):
+        key = f"ans/{_sequence[0]}/{rank}"
+        out.append(pickle.loads(_wait(procs, key, COMMAND_S, rank, f"rank 0 waited for rank {rank}'s answer to '{what}'")))
+        procs.group.store.delete(key)
+    errors = [(r, a[1]) for r, a in enumerate(out) if r and a[0] == "error"]
+    if errors:
+        rank, message = errors[0]
+        raise ExecutionError(f"rank {rank}: {message}")
+    return [a[1] if a else None for a in out]
+
+
+def _wait(procs: Procs, key: str, limit_s: float, peer: int, what: str) -> bytes:
+    """The value of ``key`` once ``peer`` writes it; PeerFailed when the run
+    is aborted (the launcher saw a rank die), DistError when ``limit_s``
+    passes first."""
+    from purlin_bench.dist.errors import PeerFailed, StoreTimeout
+
+    store, waited = procs.group.store, 0.0
+    while True:
+        try:
+            return store.get(key, _SLICE_S)
+        except StoreTimeout:
+            waited += _SLICE_S
+        why = store.try_get(abort_key(procs.group.run))
+        if why is not None:
+            raise PeerFailed(f"rank {procs.rank}: {what}: {why.decode(errors='replace')}")
+        if waited >= limit_s:
+            raise DistError(f"{what} for {limit_s:.0f} s and got none: rank {peer} is stuck")
+
+
+_runner_ids = [0]
+
+
+class Driver(Backend):
+    """Rank 0's view of a run: a backend over every rank. Made by
+    :func:`drive` as a subclass of the rank backend's class, so its
+    parameters, policies and labels are that backend's."""
+
+    part_class: type[Backend]
+
+    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, procs: Procs | None = None):
+        assert procs is not None
+        Backend.__init__(self, procs.size, None, seed, procs)
+        self.part = self.part_class(procs.size, None, seed, procs=procs)
+        self.candidates: dict[Any, Any] = {}  # key -> this rank's candidate
+        self.lost: str | None = None
+        self._command(("open", self.part_class.name, seed), "open")
+
+    def _command(self, command: tuple, what: str, local: Callable[[], Any] | None = None) -> list[Any]:
+        """Send ``command`` to every worker, run ``local`` here meanwhile,
+        and return every rank's result; the first rank's error is raised.
+        A rank lost (DistError) ends the run: every later command says so."""
+        if self.lost:
+            raise ExecutionError(f"this run lost a rank earlier ({self.lost}); nothing more can run")
+        try:
+            return self._command_once(command, what, local)
+        except DistError as exc:
+            self.lost = str(exc)
+            raise
+
+    def _command_once(self, command: tuple, what: str, local: Callable[[], Any] | None) -> list[Any]:
+        _send(self.procs, command)
+        mine: Any = None
+        failure: BaseException | None = None
+        try:
+            mine = local() if local else None
+        except DistError:
+            raise
+        except PurlinError as exc:
+            failure = exc
+        answers = _answers(self.procs, what) if failure is None else self._drain(what, failure)
+        answers[0] = mine
+        return answers
+
+    def _drain(self, what: str, failure: BaseException) -> list[Any]:
+        # The workers finish their part too (a watchdog bounds it), so that
+        # nobody is still inside the call when the caller resets or retries.
+        try:
+            _answers(self.procs, what)
+        except DistError as exc:
+            raise type(exc)(f"{exc}; rank 0 meanwhile: {failure}") from None
+        except ExecutionError:
+            pass
+        raise ExecutionError(f"rank 0: {failure}") from None
+
+    def describe(self) -> str:
+        return f"{self.part.describe()}; {self.procs.describe()}"
+
+    def fingerprint(self) -> Fingerprint:
+        prints = self._command(("fingerprint",), "fingerprint", self.part.fingerprint)
+        kinds = {fp.gpu_type for fp in prints}
+        if len(kinds) > 1:
+            raise PurlinError(f"the ranks of this run sit on different kinds of device ({', '.join(sorted(kinds))}): a plan needs one")
+        devices = tuple(d for fp in prints for d in fp.devices)
+        return Fingerprint(**{**prints[0].to_dict(), "devices": devices})
+
+    def environment(self) -> dict[str, Any]:
+        return {**self.part.environment(), "procs": self.procs.size, "launcher": self.procs.launcher}
+
+    def default_config(self, inst, config):
+        return self.part.default_config(inst, config)
+
+    def guard(self):
+        return self.part.guard()
+
+    def warm_up(self, dtype: str, redop: str | None) -> int:
+        return self._command(("warm_up", dtype, redop), "warm_up", lambda: self.part.warm_up(dtype, redop))[0]
+
+    def copy_bandwidth(self):
+        return self.part.copy_bandwidth()
+
+    def baselines(self) -> tuple[str, ...]:
+        return self.part.baselines()
+
+    def prepare(self, program: Program, sets: int = 1, **params: Any) -> "DriverRunner":
+        _runner_ids[0] += 1
+        rid = _runner_ids[0]
+        local = self._command(("prepare", rid, program, sets, params), "prepare", lambda: self.part.prepare(program, sets, **params))[0]
+        return DriverRunner(self, rid, local)
+
+    def reference(self, runner: "DriverRunner", inst: Instance, inputs: Sequence[Any]) -> "DriverReference":
+        return DriverReference(self, runner, inst, self.part.reference(runner.local, inst, inputs))
+
+    def time(self, candidates: Sequence["Remote"], policy: TimingPolicy, between=None) -> list[Timing]:
+        ids = [c.key for c in candidates]
+        barrier = _turns(self.procs)
+        mine = [self.candidates[c.key] for c in candidates]
+        per_rank = self._command(("time", ids, policy), "time", lambda: self.part.time(mine, policy, barrier))
+        # A row's time is the slowest rank's.
+        return [max((timings[i] for timings in per_rank), key=lambda t: t.median_us) for i in range(len(ids))]
+
+
+@dataclass(frozen=True)
+class Remote:
+    """A candidate every rank holds under one key: a runner's or a baseline's."""
+
+    key: Any
+
+
+class DriverRunner:
+    """A runner over every rank: loads and outputs here, in the shared
+    buffers; calls on every rank at once."""
+
+    def __init__(self, driver: Driver, rid: int, local: Runner):
+        self.driver, self.rid, self.local = driver, rid, local
+        self.program, self.sets = local.program, local.sets
+
+    def load(self, inputs, slot: int = 0) -> None:
+        self.local.load(inputs, slot)
+
+    def run(self, slot: int = 0) -> None:
+        try:
+            self.driver._command(("run", self.rid, slot), "run", lambda: self.local.run(slot))
+        except ExecutionError:
+            if not self.driver.lost:
+                self.driver._command(("reset", self.rid), "reset", lambda: _reset(self.local))
+            raise
+
+    def outputs(self, slot: int = 0):
+        return self.local.outputs(slot)
+
+    def candidate(self) -> Remote:
+        self.driver.candidates[("runner", self.rid)] = self.local.candidate()
+        return Remote(("runner", self.rid))
+
+    def close(self) -> None:
+        if self.local is None:
+            return
+        local, self.local = self.local, None
+        for key in [k for k in self.driver.candidates if k[1] == self.rid]:
+            del self.driver.candidates[key]
+        self.driver._command(("close", self.rid), "close", local.close)
+
+
+class DriverReference:
+    def __init__(self, driver: Driver, runner: DriverRunner, inst: Instance, inner):
+        self.driver, self.runner, self.inst, self.inner = driver, runner, inst, inner
+
+    def count_wrong(self, runner: DriverRunner, slot: int = 0) -> int:
+        return self.inner.count_wrong(runner.local, slot)
+
+    def baseline(self, name: str) -> Remote:
+        rid = self.runner.rid
+        inst = self.inst
+        local = self.driver._command(("baseline", rid, name, inst), f"baseline {name}", lambda: self.driver.part.rank_baseline(self.runner.local, inst, name))[0]
+        self.driver.candidates[("baseline", rid, name)] = local
+        return Remote(("baseline", rid, name))
+
+
+def _reset(runner: Any) -> None:
+    if hasattr(runner, "reset"):
+        runner.reset()
+
+
+def _turns(procs: Procs) -> Callable[[], None]:
+    """The barrier before every timed batch, the same on every rank."""
+    count = [0]
+
+    def barrier() -> None:
+        count[0] += 1
+        procs.group.barrier(f"turn{count[0]}")
+
+    return barrier
+
+
+_drivers: dict[tuple[str, int], Driver] = {}
+
+
+def drive(cls: type[Backend], procs: Procs, seed: int = 0) -> Driver:
+    """Rank 0's backend over the run, for rank backend ``cls`` (one per
+    backend and seed: the workers hold one part each, with its buffers)."""
+    if not cls.runs_in_procs:
+        raise PurlinError(f"backend {cls.name} cannot run one process per rank")
+    if procs.rank != 0:
+        raise PurlinError("only rank 0 drives a run")
+    key = (cls.name, seed)
+    if key not in _drivers:
+        driver_class = type(f"{cls.__name__}Procs", (Driver, cls), {"part_class": cls})
+        _drivers[key] = driver_class(procs.size, None, seed, procs=procs)
+    return _drivers[key]
+
+
+# -- the workers ---------------------------------------------------------------
+def serve(procs: Procs) -> int:
+    """Run rank ``procs.rank``'s part of every command rank 0 sends, until
+    it says exit; the exit code."""
+    from purlin_bench.backends import backend_class
+
+    part: Backend | None = None
+    runners: dict[int, Runner] = {}
+    candidates: dict[Any, Any] = {}
+    n = 0
+    while True:
+        n += 1
+        raw = _wait(procs, f"cmd/{n}", IDLE_S, 0, f"rank {procs.rank} waited for rank 0's next command")
+        command = pickle.loads(raw)
+        op = command[0]
+        if op == "exit":
+            return 0
+        try:
+            if op == "open":
+                if part is None or part.name != command[1]:
+                    part = backend_class(command[1])(procs.size, None, command[2], procs=procs)
+                answer: Any = None
+            else:
+                answer = _handle(part, runners, candidates, procs, command)
+            reply = ("ok", answer)
+        except PurlinError as exc:
+            reply = ("error", str(exc))
+        procs.group.store.set(f"ans/{n}/{procs.rank}", pickle.dumps(reply))
+
+
+def _handle(part: Backend, runners: dict, candidates: dict, procs: Procs, command: tuple) -> Any:
+    op, args = command[0], command[1:]
+    if op == "fingerprint":
+        return part.fingerprint()
+    if op == "warm_up":
+        return part.warm_up(*args)
+    if op == "prepare":
+        rid, program, sets, params = args
+        with part.guard():
+            runners[rid] = part.prepare(program, sets, **params)
+        return None
+    if op == "run":
+        with part.guard():
+            runners[args[0]].run(args[1])
+        return None
+    if op == "reset":
+        _reset(runners[args[0]])
+        return None
+    if op == "baseline":
+        rid, name, inst = args
+        with part.guard():
+            candidates[("baseline", rid, name)] = part.rank_baseline(runners[rid], inst, name)
+        return None
+    if op == "time":
+        ids, policy = args
+        for key in ids:
+            if key[0] == "runner" and key not in candidates:
+                candidates[key] = runners[key[1]].candidate()
+        with part.guard():
+            return part.time([candidates[k] for k in ids], policy, _turns(procs))
+    if op == "close":
+        rid = args[0]
+        for key in [k for k in candidates if k[1] == rid]:
+            del candidates[key]
+        runner = runners.pop(rid, None)
+        if runner is not None:
+            runner.close()
+        return None
+    raise ExecutionError(f"unknown command {op!r} from rank 0")

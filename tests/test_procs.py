@@ -1,0 +1,262 @@
+"""One process per rank on the CPU reference: the whole multi-process path
+(launch, store, shared memory, flags, rank 0 driving, errors, a killed rank)
+as CI runs it, with real processes and no GPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from purlin_bench.backends.numpy.ranks import RankRunner
+from purlin_bench.backends.procs import Procs
+from purlin_bench.dist import Group, Store, StoreServer
+from purlin_bench.errors import WatchdogTimeout
+from purlin_bench.inputs import exact_inputs
+from purlin_bench.planner import plan
+from purlin_bench.spec.instance import instantiate
+from purlin_bench.spec.loader import resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def purlin(*args: str, timeout: float = 240, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PURLIN_STORE", "PURLIN_TOKEN", "PURLIN_RUN"):
+        environ.pop(name, None)
+    return subprocess.run([sys.executable, "-m", "purlin_bench", *args], capture_output=True, text=True, timeout=timeout, env=environ, cwd=kw.get("cwd", ROOT))
+
+
+def my_run_dirs() -> set[str]:
+    base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
+    return {p.name for p in base.glob(f"purlin-{os.getuid()}-*")}
+
+
+@pytest.mark.timeout(300)
+def test_check_every_collective_and_strategy_on_2_3_and_5_processes():
+    before = my_run_dirs()
+    done = purlin("check", "all", "--procs", "2,3,5", "--backend", "numpy", "--strategy", "all", "--dtype", "float32,int32", "--count", "1,1001", "--failed-only")
+    assert done.returncode == 0, done.stderr + done.stdout
+    verdicts = [line for line in done.stdout.splitlines() if "passed" in line]
+    assert len(verdicts) == 3 and all(v.startswith("all passed") for v in verdicts), done.stdout
+    assert all(" 0 wrong, 0 errors" in v for v in verdicts)
+    assert my_run_dirs() <= before, "a run left its shared-memory folder behind"
+
+
+@pytest.mark.timeout(120)
+def test_bench_prints_the_nccl_tests_columns_once_from_rank_0(tmp_path):
+    out = tmp_path / "bench.json"
+    done = purlin("bench", "all-reduce", "--procs", "2", "--backend", "numpy", "-e", "1K", "--json", str(out), "--format", "nccl-tests")
+    assert done.returncode == 0, done.stderr
+    header = [line for line in done.stdout.splitlines() if "redop" in line]
+    assert len(header) == 1 and "#wrong" in header[0] and "busbw" in header[0], done.stdout
+    assert "2 processes" in done.stdout and "slowest rank" in done.stdout
+    data = json.loads(out.read_text())
+    assert data["environment"]["procs"] == 2 and data["complete"]
+    assert len(data["results"]) == 8  # 8 B .. 1 KiB
+    assert all(r[side]["nwrong"] == 0 for r in data["results"] for side in ("out_of_place", "in_place"))
+
+
+@pytest.mark.timeout(200)
+def test_tune_writes_a_plan_for_the_process_layout(tmp_path):
+    done = purlin("tune", "all-reduce", "--procs", "2", "--backend", "numpy", "--out", str(tmp_path), "--trials", "3", "--dtype", "float32", "--sizes", "1K", "--confirm", "1")
+    assert done.returncode == 0, done.stderr
+    path = tmp_path / "cpu" / "all-reduce-2proc-cpu-float32.json"
+    assert path.is_file(), list(tmp_path.rglob("*"))
+    plan_data = json.loads(path.read_text())
+    assert plan_data["fingerprint"]["layout"] == "2proc-cpu"
+    # A plan for 2 processes is not one for 2 simulated ranks in one process.
+    other = purlin("bench", "all-reduce", "--backend", "numpy", "--ranks", "2", "-e", "1K", "--plan", str(path))
+    assert other.returncode != 0 and "2proc-cpu vs 2vr" in other.stderr
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _rank_of(pid: int) -> int | None:
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    found = [e for e in env if e.startswith(b"RANK=")]
+    return int(found[0][5:]) if found else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the ranks through /proc (Linux)")
+@pytest.mark.parametrize("backend", ["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
+def test_killing_a_rank_mid_run_stops_every_other_with_a_named_error(backend):
+    before = my_run_dirs()
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "PURLIN_WATCHDOG_S": "5"}
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "purlin_bench", "bench", "all", "--procs", "3", "--backend", backend, "-b", "8", "-e", "1M", "-f", "2", "-n", "5", "-w", "1", "-G", "3"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ, cwd=ROOT,
+    )
+    ranks: dict[int, int] = {}
+    deadline = time.monotonic() + 60
+    while len(ranks) < 3 and time.monotonic() < deadline:
+        ranks = {r: p for p in _children(launcher.pid) if (r := _rank_of(p)) is not None}
+        time.sleep(0.1)
+    assert len(ranks) == 3, f"the ranks did not start: {ranks}"
+    time.sleep(3)  # in the middle of the benchmark's calls
+    assert launcher.poll() is None, launcher.communicate()
+    killed_at = time.monotonic()
+    os.kill(ranks[1], signal.SIGKILL)
+    _, err = launcher.communicate(timeout=60)
+    took = time.monotonic() - killed_at
+    assert launcher.returncode != 0
+    assert "rank 1 was killed by SIGKILL" in err, err
+    # Rank 0 says what it was doing and what happened, in one line, no traceback.
+    assert "Traceback" not in err, err
+    assert any(line.startswith("purlin: error:") and "rank 1" in line for line in err.splitlines()), err
+    assert took < 30, f"the run took {took:.0f} s to stop"
+    assert not any(_alive(p) for p in ranks.values()), "a rank was left running"
+    assert my_run_dirs() <= before
+
+
+@pytest.mark.timeout(240)
+def test_two_runs_started_at_once_both_finish_correctly():
+    results: list[subprocess.CompletedProcess] = []
+    args = ("check", "all-reduce", "--procs", "3", "--backend", "numpy", "--strategy", "all")
+
+    def one() -> None:
+        results.append(purlin(*args))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2
+    for done in results:
+        assert done.returncode == 0, done.stderr
+        assert "all passed" in done.stdout
+
+
+def test_procs_bad_input_is_one_line_before_any_process_starts():
+    for args, says in [
+        (("check", "all-reduce", "--procs", "2", "--ranks", "3", "--backend", "numpy"), "leave out --ranks"),
+        (("check", "all-reduce", "--procs", "0", "--backend", "numpy"), "--procs"),
+        (("check", "all-reduce", "--procs", "two", "--backend", "numpy"), "--procs"),
+        (("check", "all-reduce", "--procs", "2", "--backend", "fake"), "cannot run one process per rank"),
+        (("bench", "all-reduce", "--procs", "2", "--backend", "numpy", "--gpus", "0"), "--gpus"),
+    ]:
+        done = purlin(*args, timeout=60)
+        assert done.returncode != 0, args
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], (args, done.stderr)
+
+
+# -- the rank runner in one process, two ranks on two threads -----------------
+def _two_ranks(tmp_path: Path, watchdog_s: float):
+    token = b"t" * 32
+    server = StoreServer(token)
+    groups = [Group(Store(*server.address, token), r, 2, "test", timeout_s=10) for r in range(2)]
+    return server, [Procs(g, g.rank, 2, None, tmp_path, "test", watchdog_s) for g in groups]
+
+
+def _program(collective: str, strategy: str, count: int = 1001):
+    inst = instantiate(resolve(collective), 2, count, 4)
+    return inst, plan(inst, strategy, "float32", None, {}, False)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("strategy", ["direct", "push", "two-shot", "ring"])
+def test_rank_runners_on_threads_match_the_reference(tmp_path, strategy):
+    server, procs = _two_ranks(tmp_path, 10)
+    inst, program = _program("all-reduce", strategy)
+    runners: list[RankRunner | None] = [None, None]
+
+    def make(r: int) -> None:
+        runners[r] = RankRunner(program, procs[r], 2, "t")
+
+    threads = [threading.Thread(target=make, args=(r,)) for r in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    inputs = exact_inputs(program.in_counts, np.dtype(np.float32), "sum")
+    expected = inst.reference(inputs, "sum")
+    for slot in range(2):
+        runners[0].load(inputs, slot)
+        for call in range(3):  # epochs advance; the same flags serve every call
+            threads = [threading.Thread(target=runners[r].run, args=(slot,)) for r in range(2)]
+            [t.start() for t in threads]
+            [t.join() for t in threads]
+            got = runners[1].outputs(slot)  # any rank reads every rank's buffers
+            assert all(np.array_equal(a, b) for a, b in zip(got, expected))
+    assert not list(tmp_path.iterdir()), "the shared files were not unlinked once mapped"
+    for r in runners:
+        r.close()
+    server.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_that_never_calls_is_a_watchdog_naming_rank_step_and_flag(tmp_path):
+    server, procs = _two_ranks(tmp_path, 0.5)
+    _, program = _program("all-reduce", "direct", 64)
+    runners: list[RankRunner | None] = [None, None]
+    threads = [threading.Thread(target=lambda r=r: runners.__setitem__(r, RankRunner(program, procs[r], 1, "w"))) for r in range(2)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    start = time.monotonic()
+    with pytest.raises(WatchdogTimeout) as err:
+        runners[0].run(0)  # rank 1 never runs
+    assert time.monotonic() - start < 5
+    message = str(err.value)
+    assert "rank 0 channel" in message and "step" in message and "r0.flag[" in message and "its notify never came" in message
+    runners[0].reset()
+    assert int(runners[0].flags[0].max()) == 0 and runners[0].epoch == 0
+    for r in runners:
+        r.close()
+    server.close()
+
+
+def test_every_flag_has_one_notifier_a_call():
+    """The shared-memory flags are plain stores (ranks.py): that needs one
+    process, one step, per flag word and call."""
+    from purlin_bench.program.model import Notify
+    from purlin_bench.spec.loader import load_all_builtin
+    from purlin_bench.strategies import STRATEGIES
+
+    for spec in load_all_builtin():
+        for ranks in (2, 3, 5):
+            inst = instantiate(spec, ranks, 33, 4)
+            for name in STRATEGIES:
+                try:
+                    program = plan(inst, name, "float32", None, {}, False)
+                except Exception:
+                    continue
+                notifiers: dict = {}
+                for sid, step in program.steps():
+                    if isinstance(step, Notify):
+                        notifiers.setdefault(step.flag, []).append(sid)
+                assert all(len(s) == 1 for s in notifiers.values()), (spec.name, ranks, name)
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("procs", [2, 4])
+def test_check_on_one_gpu_with_ranks_in_processes(procs):
+    """Correctness only: the processes time-slice the GPU."""
+    done = purlin("check", "all", "--procs", str(procs), "--backend", "cupy", "--strategy", "all", "--dtype", "float32,bfloat16,int32", "--count", "1,1001,65539", "--root", "all", "--failed-only", timeout=280)
+    assert done.returncode == 0, done.stderr + done.stdout[-3000:]
+    assert "all passed" in done.stdout and " 0 wrong, 0 errors" in done.stdout
