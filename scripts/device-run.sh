@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -105,6 +105,26 @@ step_search() {  # tuner against exhaustive search on one bucket (docs/tuning.md
     timeout 40 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler tpe --trials 31 --seed $seed --confirm 0 \
       --out /tmp/tpe$seed --storage "sqlite:///$OUT/search-tpe$seed.db" 2>&1 | tail -4
   done
+}
+step_procs-smoke() {  # issue 14: a first look at ranks in processes on one GPU (CUDA IPC), full output
+  timeout 90 purlin check all-reduce --procs 2 --backend cupy --strategy all --dtype float32,bfloat16 --count 1,1001 2>&1 | tee "$OUT/procs-smoke.log" | tail -30
+}
+step_tests-core() {  # the GPU tests but the multi-process ones (step procs runs those)
+  timeout ${TESTS_LIMIT:-330} python3 -m pytest -q -p no:cacheprovider -m gpu -k "not procs" -o addopts="" --timeout 240 --maxfail 10 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -30
+}
+step_procs-check() {  # issue 14's done-means on one GPU: every collective, strategy, dtype, count and root; PROCS_N processes
+  for n in ${PROCS_N:-2 4}; do
+    timeout ${PROCS_CHECK_LIMIT:-200} purlin check all --procs $n --backend cupy --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/procs-check-$n.log" | tail -6
+  done
+}
+step_procs() {  # issue 14 on one GPU: bench, a killed rank, the torch example under torchrun, purlin under torchrun
+  timeout 90 purlin bench all-reduce --procs 2 --backend cupy -b 8 -e 1M -f 8 -n 5 -w 1 -G 3 --baseline nccl,default 2>&1 | tee "$OUT/procs-bench.log" | tail -14
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 140 -rfE tests/test_procs.py -k "killing and cupy" 2>&1 | tee "$OUT/procs-kill.log" | tail -5
+  if [ -f examples/tp_mlp.py ]; then
+    timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 2>&1 | tee "$OUT/procs-tp-mlp.log" | tail -6
+    timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 --dtype float32 2>&1 | tee -a "$OUT/procs-tp-mlp.log" | tail -3
+  fi
+  timeout 90 python3 -m torch.distributed.run --nproc-per-node 2 -m purlin_bench check all-reduce --backend cupy --strategy all --dtype float32,bfloat16 2>&1 | tee "$OUT/procs-torchrun.log" | tail -3
 }
 step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench against NCCL, tune, bench the plans
   timeout 240 purlin check all --backend cupy --gpus all --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/mgpu-check.log" | tail -5

@@ -15,7 +15,7 @@ def test_every_unroll_block_size_and_build_on_every_device(monkeypatch, devices,
     built = []
     monkeypatch.setattr(atoms, "snac_kernel", lambda *args: built.append(args))
     backend = CupyBackend(len(devices), devices)
-    backend._world = SimpleNamespace(devices=devices)
+    backend._world = SimpleNamespace(devices=devices, sys_scope=sys_scope)
     count = backend.warm_up("bfloat16", None)
     assert count == len(built) == 3 * 3 * 2 * len(set(devices))
     assert {(a[0], a[1]) for a in built} == {("bfloat16", "sum")}
@@ -34,7 +34,7 @@ def test_kernel_settings_become_the_builds_defines(monkeypatch):
     # the warm-up builds the variants a backend with those settings runs
     built = []
     backend = CupyBackend(2, settings=KernelSettings(shared_bases=False))
-    backend._world = SimpleNamespace(devices=(0, 0))
+    backend._world = SimpleNamespace(devices=(0, 0), sys_scope=False)
     monkeypatch.setattr(atoms, "snac_kernel", lambda *args: built.append(args))
     backend.warm_up("float32", "sum")
     assert {a[7] for a in built} == {("-DPURLIN_SHARED_BASES=0",)}

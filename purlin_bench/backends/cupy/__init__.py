@@ -33,9 +33,14 @@ class CupyBackend(Backend):
     name = "cupy"
     description = "GPU: the Atom kernel through CuPy"
     params = PARAMS
+    runs_in_procs = True
 
-    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, timeout_s: float = DEFAULT_TIMEOUT_S, split_launches: bool = False, settings: KernelSettings = KernelSettings()):
-        super().__init__(ranks, gpus, seed)
+    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, procs: Any = None, timeout_s: float | None = None, split_launches: bool = False, settings: KernelSettings = KernelSettings()):
+        super().__init__(ranks, gpus, seed, procs)
+        if timeout_s is None:
+            # Ranks in processes time-slice one GPU (milliseconds a wait):
+            # their watchdog gets the run's bound, not the one-launch 5 s.
+            timeout_s = max(DEFAULT_TIMEOUT_S, procs.watchdog_s) if procs else DEFAULT_TIMEOUT_S
         self.timeout_s, self.split_launches, self.settings = timeout_s, split_launches, settings
         self._world = None
 
@@ -64,12 +69,17 @@ class CupyBackend(Backend):
         from purlin_bench.backends.cupy.world import World
 
         if self._world is None:
-            self._world = World(self.ranks, self.gpus, self.split_launches)
+            if self.procs is not None:
+                from purlin_bench.backends.cupy.ipc import IpcWorld
+
+                self._world = IpcWorld(self.ranks, self.procs)
+            else:
+                self._world = World(self.ranks, self.gpus, self.split_launches)
         return self._world
 
     @property
     def fused(self) -> bool:
-        return super().fused and not self.split_launches
+        return super().fused and not self.split_launches and self.procs is None
 
     def describe(self) -> str:
         return self.world.describe()
@@ -77,12 +87,15 @@ class CupyBackend(Backend):
     def fingerprint(self) -> Fingerprint:
         from purlin_bench.backends.cupy.device import fingerprint
 
+        if self.procs is not None:
+            world = self.world
+            return fingerprint(self.ranks, (world.device,), procs=(self.ranks, world.gpus))
         return fingerprint(self.ranks, self.gpus)
 
     def environment(self) -> dict[str, Any]:
         from purlin_bench.backends.cupy.device import environment
 
-        return {**super().environment(), **environment(self.gpus or (0,))}
+        return {**super().environment(), **environment((self.world.device,) if self.procs else self.gpus or (0,))}
 
     def default_config(self, inst: Instance, config: RunConfig) -> RunConfig:
         if inst.op == "reduce":
@@ -108,7 +121,7 @@ class CupyBackend(Backend):
         from purlin_bench.backends.cupy.atoms import snac_kernel
 
         world = self.world
-        sys_scope = len(set(world.devices)) > 1
+        sys_scope = world.sys_scope
         choices = {p.name: p.choices for p in PARAMS}
         built = 0
         for device in sorted(set(world.devices)):
@@ -128,7 +141,19 @@ class CupyBackend(Backend):
         return measure_copy_bandwidth(self.world.devices)
 
     def baselines(self) -> tuple[str, ...]:
+        if self.procs is not None:
+            # NCCL refuses two ranks on one GPU.
+            return () if self.world.shared_gpu else ("nccl",)
         return ("cupy",) if self.fused else ("nccl",)
+
+    def rank_baseline(self, runner: CupyRunner, inst: Instance, name: str):
+        from purlin_bench.backends.cupy.nccl import NcclBaseline
+        from purlin_bench.backends.cupy.timing import Candidate
+
+        if name != "nccl":
+            super().rank_baseline(runner, inst, name)
+        nccl = NcclBaseline(inst, runner, runner.program.dtype, runner.program.redop, group=self.procs.group)
+        return Candidate(lambda target, i: nccl(target, i % runner.sets), runner.main_stream())
 
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> CupyRunner:
         checked = check_params(type(self), params)
@@ -141,11 +166,11 @@ class CupyBackend(Backend):
         with device_errors():
             return DeviceReference(runner, inst, inputs)
 
-    def time(self, candidates: Sequence[Any], policy: TimingPolicy) -> list[Timing]:
+    def time(self, candidates: Sequence[Any], policy: TimingPolicy, between=None) -> list[Timing]:
         from purlin_bench.backends.cupy.timing import time_side_by_side
 
         with device_errors():
-            return time_side_by_side(candidates, self.world.devices[0], policy.iters, policy.warmup, policy.reps, policy.graph)
+            return time_side_by_side(candidates, self.world.devices[0], policy.iters, policy.warmup, policy.reps, policy.graph, between)
 
 
 class device_errors:

@@ -7,7 +7,7 @@ import subprocess
 from typing import Any
 
 from purlin_bench.errors import PurlinError
-from purlin_bench.hardware import Fingerprint, cpu_model, gpu_type_slug, layout_slug
+from purlin_bench.hardware import Fingerprint, cpu_model, gpu_type_slug, layout_slug, procs_layout_slug
 from purlin_bench.roofline import Bandwidth
 
 
@@ -20,8 +20,10 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace").rstrip("\0") if isinstance(value, (bytes, bytearray)) else str(value)
 
 
-def fingerprint(ranks: int, gpus: tuple[int, ...] | None) -> Fingerprint:
-    """This machine's fingerprint for ``ranks`` virtual ranks, or one rank per GPU of ``gpus``."""
+def fingerprint(ranks: int, gpus: tuple[int, ...] | None, procs: tuple[int, int] | None = None) -> Fingerprint:
+    """This machine's fingerprint for ``ranks`` virtual ranks, or one rank per
+    GPU of ``gpus``; with ``procs`` (processes, GPUs) one process per rank, this
+    process's GPU in ``gpus``."""
     try:
         import cupy  # here: machines that only read plans never need it
     except ImportError:
@@ -37,15 +39,22 @@ def fingerprint(ranks: int, gpus: tuple[int, ...] | None) -> Fingerprint:
     except Exception as exc:  # CuPy raises its own CUDARuntimeError types
         raise PurlinError(f"cannot read the GPU's properties ({type(exc).__name__}: {exc})") from None
     name = _text(props.get("name", "unknown GPU"))
-    ranks = len(devices) if gpus else ranks
-    if gpus and len(gpus) > 1:
+    layout = None
+    if procs is not None:
+        n_procs, n_gpus = procs
+        layout = procs_layout_slug(n_procs, n_gpus)
+        link = f"one process per rank: {n_procs} processes on {n_gpus} GPU{'s' if n_gpus > 1 else ''} (CUDA IPC)"
+    elif gpus and len(gpus) > 1:
         link = f"one rank per GPU on {len(gpus)} GPUs ({'peer access' if peer else 'no peer access'})"
     else:
         link = f"{ranks} virtual ranks on GPU {devices[0]}"
+    if procs is None:
+        ranks = len(devices) if gpus else ranks
+        layout = layout_slug(ranks, len(gpus) if gpus else 1, peer)
     return Fingerprint(
         backend="cupy",
         gpu_type=gpu_type_slug(name),
-        layout=layout_slug(ranks, len(gpus) if gpus else 1, peer),
+        layout=layout,
         ranks=ranks,
         link=link,
         device_name=name,

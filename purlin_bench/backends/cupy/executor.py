@@ -130,17 +130,17 @@ class CupyRunner:
         self.itemsize = self.dtype.itemsize
         self.sets = max(1, sets)
         R = program.ranks
-        self.flags = []
-        for r in range(R):
-            with cupy.cuda.Device(world.devices[r]):
-                self.flags.append(cupy.zeros(max(1, program.flag_counts[r]), dtype=cupy.uint64))
-        with cupy.cuda.Device(world.devices[0]):
-            self.abort = cupy.zeros(1, dtype=cupy.int32)
+        # Rank 0's words hold one more: the abort word every waiter reads
+        # (shared by every process of a run, like the flags).
+        counts = list(program.flag_counts)
+        counts[0] = max(1, counts[0]) + 1
+        self.flags = world.symmetric_words(counts)
+        self.abort = self.flags[0][counts[0] - 1 :].view(cupy.int32)[:1]
 
         def flag_address(flag: FlagRef) -> int:
             return self.flags[flag.rank].data.ptr + 8 * flag.index
 
-        launch_ranks = [list(range(R))] if world.fused else [[r] for r in range(R)]
+        launch_ranks = [list(range(R))] if world.fused else [[r] for r in world.local_ranks]
         lowered = [lower(program, ranks, world.fused, datapath, flag_address) for ranks in launch_ranks]
         self.copy_only = settings.copy_only_build and copies_only(lowered)
         # A requested count is a ceiling: the larger of what the data can use
@@ -159,8 +159,7 @@ class CupyRunner:
 
     # -- setup ---------------------------------------------------------------
     def kernel(self, device: int):
-        sys_scope = len(set(self.world.devices)) > 1
-        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, sys_scope, self.copy_only, self.settings.defines())
+        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, self.world.sys_scope, self.copy_only, self.settings.defines())
 
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
         biggest = 0
@@ -207,16 +206,17 @@ class CupyRunner:
         import cupy
 
         p, ptrs = self.program, []
-        for r in range(p.ranks):
-            for buf in ("in", "out", "scratch"):
-                rank, phys, offset = p.physical(Ref(r, buf, 0, 0))
-                base = self.world.buffer(slot, rank, phys, self._physical_bytes(rank, phys))
-                # Held, not just addressed: a later runner of this world may
-                # need it larger, and the world then replaces it; this
-                # runner's table must not point into freed memory (a bench
-                # keeps the default's runner beside the one under test).
-                self._held.append(base)
-                ptrs.append(base.data.ptr + offset * self.itemsize)
+        where = [p.physical(Ref(r, buf, 0, 0)) for r in range(p.ranks) for buf in ("in", "out", "scratch")]
+        needs = list(dict.fromkeys((rank, phys, self._physical_bytes(rank, phys)) for rank, phys, _ in where))
+        bases = self.world.buffers(slot, needs)
+        for rank, phys, offset in where:
+            base = bases[(rank, phys)]
+            # Held, not just addressed: a later runner of this world may
+            # need it larger, and the world then replaces it; this
+            # runner's table must not point into freed memory (a bench
+            # keeps the default's runner beside the one under test).
+            self._held.append(base)
+            ptrs.append(base.data.ptr + offset * self.itemsize)
         table = np.array(ptrs, dtype=np.uint64)
         out = {}
         for launch in self.launches:
@@ -247,6 +247,8 @@ class CupyRunner:
                 raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({self.program.in_counts[r]},)")
             with cupy.cuda.Device(self.world.devices[r]):
                 self.array(r, "in", slot).set(np.ascontiguousarray(x).view(self.storage))
+        # Another process's kernel reads these next: they must have landed.
+        self.synchronize()
 
     def poison(self, slot: int = 0) -> None:
         """All-ones bytes (NaN for floats, -1 for ints) in outputs and scratch,
@@ -254,7 +256,9 @@ class CupyRunner:
         import cupy
 
         p = self.program
-        for r in range(p.ranks):
+        # Only the ranks this process runs: a peer process poisons its own
+        # before its ready notify, after which others may write into them.
+        for r in self.world.local_ranks:
             with cupy.cuda.Device(self.world.devices[r]):
                 if p.scratch_count:
                     self.array(r, "scratch", slot).view(cupy.uint8).fill(0xFF)
@@ -354,15 +358,15 @@ class CupyRunner:
         """Zero flags, epochs, status and abort after a timeout: the next call starts clean."""
         import cupy
 
-        for r, flags in enumerate(self.flags):
+        # Each process zeroes what it owns; with one process per rank, every
+        # rank resets after every rank has left the failed call (procs.py).
+        for r in self.world.local_ranks:
             with cupy.cuda.Device(self.world.devices[r]):
-                flags.fill(0)
+                self.flags[r].fill(0)
         for launch in self.launches:
             with cupy.cuda.Device(launch.device):
                 launch.epochs.fill(0)
                 launch.status.fill(0)
-        with cupy.cuda.Device(self.world.devices[0]):
-            self.abort.fill(0)
         self.synchronize()
 
     def synchronize(self, stream=None) -> None:

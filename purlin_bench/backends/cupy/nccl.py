@@ -69,24 +69,36 @@ def nccl_calls(inst: Instance, dtype: str, redop: str | None) -> list[NcclCall]:
 
 class NcclBaseline:
     """Runs :func:`nccl_calls` on one communicator over the world's GPUs, into
-    its own output buffers, as one NCCL group per call."""
+    its own output buffers, as one NCCL group per call. With one process per
+    rank (``group`` given) each process joins one communicator of the run
+    (the unique id goes out from rank 0 over the group) and makes its own
+    rank's calls."""
 
     name = "nccl"
 
-    def __init__(self, inst: Instance, runner, dtype: str, redop: str | None):
+    def __init__(self, inst: Instance, runner, dtype: str, redop: str | None, group=None):
         import cupy
         from cupy.cuda import nccl
 
-        devices = list(runner.world.devices)
-        if len(set(devices)) != len(devices):
-            raise PurlinError("the NCCL baseline needs one rank per GPU (--gpus)")
-        self.calls = nccl_calls(inst, dtype, redop)
+        self.local = tuple(runner.world.local_ranks)
+        if group is None:
+            devices = list(runner.world.devices)
+            if len(set(devices)) != len(devices):
+                raise PurlinError("the NCCL baseline needs one rank per GPU (--gpus)")
+        elif runner.world.shared_gpu:
+            raise PurlinError("NCCL refuses two ranks on one GPU: no NCCL baseline with several processes on one GPU")
+        self.calls = [c for c in nccl_calls(inst, dtype, redop) if c.rank in self.local]
         self.nccl, self.runner = nccl, runner
-        self.comms = nccl.NcclCommunicator.initAll(devices)
-        self.outputs, self.streams = [], []
-        for rank, device in enumerate(devices):
-            with cupy.cuda.Device(device):
-                self.outputs.append(cupy.empty(max(1, inst.out_counts[rank]) * inst.itemsize, dtype=cupy.uint8))
+        if group is None:
+            self.comms = dict(enumerate(nccl.NcclCommunicator.initAll(devices)))
+        else:
+            uid = group.broadcast(nccl.get_unique_id() if group.rank == 0 else None, "nccl-unique-id")
+            with cupy.cuda.Device(runner.world.devices[group.rank]):
+                self.comms = {group.rank: nccl.NcclCommunicator(group.size, uid, group.rank)}
+        self.outputs, self.streams = {}, []
+        for rank in self.local:
+            with cupy.cuda.Device(runner.world.devices[rank]):
+                self.outputs[rank] = cupy.empty(max(1, inst.out_counts[rank]) * inst.itemsize, dtype=cupy.uint8)
                 self.streams.append(cupy.cuda.Stream(non_blocking=True))
 
     def _ptr(self, buf: Buffer, slot: int) -> int:

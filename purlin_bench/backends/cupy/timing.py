@@ -28,7 +28,7 @@ class Candidate:
     after: Callable[[], None] | None = None
 
 
-def time_side_by_side(candidates: Sequence[Candidate], device: int, iters: int, warmup: int, reps: int, graph: bool) -> list[Timing]:
+def time_side_by_side(candidates: Sequence[Candidate], device: int, iters: int, warmup: int, reps: int, graph: bool, between: Callable[[], None] | None = None) -> list[Timing]:
     """Microseconds per call of each candidate: the median over ``reps``
     batches of ``iters`` calls, the candidates' batches interleaved."""
     if iters < 1 or reps < 1:
@@ -61,7 +61,7 @@ def time_side_by_side(candidates: Sequence[Candidate], device: int, iters: int, 
 
             return batch
 
-        samples = take_turns([batch_of(c, r) for c, r in zip(candidates, replays)], reps)
+        samples = take_turns([batch_of(c, r) for c, r in zip(candidates, replays)], reps, between)
         cupy.cuda.Device(device).synchronize()
     for c in candidates:
         if c.after:

@@ -53,6 +53,10 @@ class World:
         self._enable_peer_access()
         self.info = {d: device_info(d) for d in set(self.devices)}
         self._arena: dict[tuple[int, int, str], object] = {}
+        # The ranks this process launches (ipc.IpcWorld: only its own), and
+        # whether flags cross devices (system-scope release/acquire).
+        self.local_ranks = tuple(range(ranks))
+        self.sys_scope = len(set(self.devices)) > 1
 
     def _enable_peer_access(self) -> None:
         import cupy
@@ -77,6 +81,20 @@ class World:
             how = "fused launch" if self.fused else "one launch per rank"
             return f"{self.ranks} virtual ranks on {names[0]} (GPU {self.devices[0]}, {how})"
         return f"{self.ranks} ranks, one per GPU ({', '.join(map(str, self.devices))}: {', '.join(names)}), peer access"
+
+    def buffers(self, slot: int, needs: list[tuple[int, str, int]]) -> dict[tuple[int, str], object]:
+        """Device arrays of at least the asked bytes for (rank, buffer) in buffer set ``slot``."""
+        return {(r, b): self.buffer(slot, r, b, n) for r, b, n in needs}
+
+    def symmetric_words(self, counts: list[int]) -> list[object]:
+        """Zeroed uint64 words per rank, on its device (flags, abort)."""
+        import cupy
+
+        out = []
+        for r, n in enumerate(counts):
+            with cupy.cuda.Device(self.devices[r]):
+                out.append(cupy.zeros(max(1, n), dtype=cupy.uint64))
+        return out
 
     def buffer(self, slot: int, rank: int, buf: str, nbytes: int):
         """A uint8 device array of at least ``nbytes`` for (buffer set, rank, buffer)."""
