@@ -22,7 +22,7 @@ LAYERS = (
     ("programs", ("program", "strategies", "planner", "heuristics", "check", "roofline")),
     ("backends", ("backends",)),
     ("measurement", ("measurement", "planfile")),
-    ("tools", ("bench", "tune", "export", "plans")),
+    ("tools", ("bench", "tune", "export", "plans", "torch")),
     # The package's front (purlin_bench.load_plan, python -m purlin_bench).
     ("cli", ("cli", "__init__", "__main__")),
 )

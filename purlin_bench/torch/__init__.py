@@ -1,0 +1,286 @@
+"""purlin's collectives inside a torch.distributed job (a serving stack's
+tensor-parallel group): one process per rank, CUDA IPC between them.
+
+    comm = Communicator(tp_group)              # collective: every rank of the group
+    if comm.should_use(x):
+        y = comm.all_reduce(x)                 # on torch's current stream
+    else:
+        torch.distributed.all_reduce(x, group=tp_group)
+
+Every call is asynchronous on ``torch.cuda.current_stream()`` and can be
+captured in a CUDA graph: copy ``x`` into this rank's shared input buffer,
+launch the prepared program, copy this rank's output buffer into ``out``.
+The first call of each (collective, size, dtype, op, root) prepares it and is
+collective (every rank, same order, like torch.distributed itself), so it
+must happen once eagerly, before any graph capture that uses it.
+
+Torch is imported when a Communicator is made, not with this module.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from purlin_bench.errors import ExecutionError, PurlinError
+from purlin_bench.spec.loader import resolve
+
+__all__ = ["Communicator"]
+
+DTYPES = ("float32", "float16", "bfloat16", "int32")
+REDOPS = ("sum", "prod", "max", "min")
+_ALIGN = 16
+
+
+def _torch():
+    try:
+        import torch
+        import torch.distributed as tdist
+    except ImportError as exc:
+        raise PurlinError(f"purlin_bench.torch needs torch (pip install 'purlin-bench[torch]'): {exc}") from None
+    return torch, tdist
+
+
+class _Prepared:
+    """One prepared collective: its runner and this rank's buffer addresses."""
+
+    def __init__(self, inst, runner, rank: int, itemsize: int):
+        self.inst, self.runner = inst, runner
+        self.in_count, self.out_count = inst.in_counts[rank], inst.out_counts[rank]
+        # Addresses taken now: a call under capture makes no CuPy objects.
+        self.in_ptr = int(runner.array(rank, "in", 0).data.ptr) if self.in_count else 0
+        self.out_ptr = int(runner.array(rank, "out", 0).data.ptr) if self.out_count else 0
+        self.in_bytes, self.out_bytes = self.in_count * itemsize, self.out_count * itemsize
+
+
+class Communicator:
+    """purlin's eight collectives over the ranks of a torch ProcessGroup
+    (default: the default group), each rank a process on a GPU of one host."""
+
+    def __init__(self, group: Any = None, max_bytes: int = 8 << 20, plan_dir: Any = None, timeout_s: float = 20.0, debug: bool = False):
+        torch, tdist = _torch()
+        if not tdist.is_available() or not tdist.is_initialized():
+            raise PurlinError("Communicator needs torch.distributed initialized first (torch.distributed.init_process_group)")
+        if not torch.cuda.is_available():
+            raise PurlinError("Communicator needs a CUDA GPU visible to torch")
+        from purlin_bench.backends.procs import Procs
+        from purlin_bench.torch._setup import Configs, gpu_backend, join_group
+
+        self._torch, self._tdist = torch, tdist
+        self.pg, self.max_bytes, self.timeout_s, self.debug = group, int(max_bytes), float(timeout_s), debug
+        self.rank, self.size = tdist.get_rank(group), tdist.get_world_size(group)
+        self.device = torch.cuda.current_device()
+        self._prepared: dict[tuple, _Prepared] = {}  # (collective, count, dtype, redop, root) -> runner
+        self._idents: dict[tuple, tuple] = {}  # (collective, x and out sizes, dtype, op, root) -> that key
+        self._specs: dict[str, Any] = {}
+        self._closed = False
+        cls = gpu_backend()  # before any rank waits on another: every rank fails alike here
+        self.group, self._server = join_group(tdist, group, self.rank, self.size, self.timeout_s)
+        try:
+            procs = Procs(self.group, self.rank, self.size, self.device, Path(tempfile.gettempdir()), "torch", watchdog_s=self.timeout_s)
+            self.backend = cls(self.size, None, 0, procs=procs)
+            with self.backend.guard():
+                world = self.backend.world  # collective: every rank's device
+                self.gpus = world.gpus
+                self._configs = Configs(self.backend, self.size, plan_dir) if self.rank == 0 else None
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifetime --------------------------------------------------------------
+    def close(self) -> None:
+        """Let go of every runner, the group and (rank 0) its store; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        prepared, self._prepared = self._prepared, {}
+        try:
+            for p in prepared.values():
+                try:
+                    p.runner.close()
+                except Exception:  # a failed device: closing must not raise
+                    pass
+        finally:
+            group = getattr(self, "group", None)
+            if group is not None:
+                group.close()  # closes the store server it owns (rank 0)
+
+    def __enter__(self) -> "Communicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def check(self) -> None:
+        """Wait for torch's current stream, then raise ExecutionError
+        (WatchdogTimeout) if any call of any prepared collective timed out
+        (a peer that never came). Syncs: call it outside hot paths."""
+        if self._torch.cuda.is_current_stream_capturing():
+            raise PurlinError("Communicator.check synchronizes: not during CUDA graph capture")
+        self._torch.cuda.current_stream(self.device).synchronize()
+        with self.backend.guard():
+            for p in self._prepared.values():
+                p.runner.check_status()
+
+    # -- dispatch --------------------------------------------------------------
+    def should_use(self, tensor: Any, collective: str = "all-reduce") -> bool:
+        """Whether this communicator takes ``tensor`` for ``collective``: a
+        contiguous CUDA tensor on this device, of a supported dtype, 16-byte
+        aligned, at most ``max_bytes``, whose size fits the collective on
+        this many ranks. Never raises."""
+        try:
+            if self._closed or not self._torch.is_tensor(tensor) or not tensor.is_cuda:
+                return False
+            if tensor.device.index != self.device or _dtype_name(tensor) not in DTYPES:
+                return False
+            if not tensor.is_contiguous() or tensor.data_ptr() % _ALIGN or tensor.numel() == 0:
+                return False
+            if tensor.numel() * tensor.element_size() > self.max_bytes:
+                return False
+            from purlin_bench.torch._setup import count_for
+
+            count_for(self._spec(collective), self.size, self.rank, 0, tensor.element_size(), tensor.numel(), None)
+            return True
+        except Exception:
+            return False
+
+    # -- the collectives ---------------------------------------------------------
+    def all_reduce(self, x, out=None, op: str = "sum"):
+        return self._call("all-reduce", x, out, 0, op)
+
+    def all_gather(self, x, out=None):
+        return self._call("all-gather", x, out, 0, None)
+
+    def reduce_scatter(self, x, out=None, op: str = "sum"):
+        return self._call("reduce-scatter", x, out, 0, op)
+
+    def all_to_all(self, x, out=None):
+        return self._call("all-to-all", x, out, 0, None)
+
+    def broadcast(self, x, out=None, root: int = 0):
+        """``x`` is read on ``root`` only; elsewhere it gives the size (the root's)."""
+        return self._call("broadcast", x, out, root, None)
+
+    def reduce(self, x, out=None, root: int = 0, op: str = "sum"):
+        """The output is empty on every rank but ``root``."""
+        return self._call("reduce", x, out, root, op)
+
+    def gather(self, x, out=None, root: int = 0):
+        """The output is empty on every rank but ``root``."""
+        return self._call("gather", x, out, root, None)
+
+    def scatter(self, x, out=None, root: int = 0):
+        """``x`` (the root's R chunks) is read on ``root`` only; elsewhere it gives the size."""
+        return self._call("scatter", x, out, root, None)
+
+    # -- internals -------------------------------------------------------------
+    def _spec(self, collective: str):
+        if collective not in self._specs:
+            self._specs[collective] = resolve(collective)
+        return self._specs[collective]
+
+    def _check(self, t, what: str) -> str:
+        torch = self._torch
+        if not torch.is_tensor(t) or not t.is_cuda or t.device.index != self.device:
+            raise PurlinError(f"{what} must be a CUDA tensor on GPU {self.device}")
+        dtype = _dtype_name(t)
+        if dtype not in DTYPES:
+            raise PurlinError(f"{what} is {t.dtype}; purlin_bench.torch takes {', '.join(DTYPES)}")
+        if not t.is_contiguous():
+            raise PurlinError(f"{what} must be contiguous")
+        return dtype
+
+    def _call(self, collective: str, x, out, root: int, op: str | None):
+        if self._closed:
+            raise PurlinError("this Communicator is closed")
+        dtype = self._check(x, "x")
+        if out is not None and (self._check(out, "out") != dtype):
+            raise PurlinError(f"out is {out.dtype}, x is {x.dtype}: they must match")
+        if op is not None and op not in REDOPS:
+            raise PurlinError(f"unknown reduction '{op}' (known: {', '.join(REDOPS)})")
+        key = (collective, x.numel(), None if out is None else out.numel(), dtype, op, root)
+        ident = self._idents.get(key)
+        prepared = self._prepared.get(ident) if ident is not None else None
+        if prepared is None:
+            prepared = self._prepare(key, x.element_size())
+        torch = self._torch
+        if out is None:
+            out = torch.empty(prepared.out_count, dtype=x.dtype, device=x.device)
+        stream = torch.cuda.current_stream(x.device)
+        self._enqueue(prepared, x, out, stream)
+        return out
+
+    def _prepare(self, key: tuple, itemsize: int) -> _Prepared:
+        """Plan and prepare one collective: collective over the group."""
+        from purlin_bench.torch._setup import count_for
+
+        collective, n_in, n_out, dtype, op, root = key
+        if self._torch.cuda.is_current_stream_capturing():
+            raise PurlinError(
+                f"{collective} of {n_in} {dtype} elements is not prepared: call it once eagerly (on every rank) before CUDA graph capture"
+            )
+        spec = self._spec(collective)
+        redop = op if spec.op == "reduce" else None
+        # Every rank says what it prepares (or why it cannot); rank 0 adds
+        # the configuration. A rank that calls another collective or size
+        # here, or whose tensors fit none, stops every rank at once.
+        inst, config, failed = None, None, None
+        try:
+            inst = count_for(spec, self.size, self.rank, root, itemsize, n_in, n_out)
+            ident = (collective, inst.count, dtype, redop, root)
+            self._idents[key] = ident
+            if ident in self._prepared:  # the same call, asked with or without out=
+                return self._prepared[ident]
+            if self.rank == 0:
+                config = self._configs.config(inst, dtype)
+        except PurlinError as exc:
+            ident, failed = (collective, None, dtype, redop, root), str(exc)
+        said = self.group.allgather((ident, config, failed), "torch-prepare")
+        errors = [(r, f) for r, (_, _, f) in enumerate(said) if f]
+        if errors:
+            raise PurlinError("; ".join(f"rank {r}: {f}" for r, f in errors))
+        if any(i != ident for i, _, _ in said):
+            which = "; ".join(f"rank {r}: {i[0]} count {i[1]} {i[2]} {i[3] or ''} root {i[4]}" for r, (i, _, _) in enumerate(said))
+            raise PurlinError(f"the ranks prepared different collectives at the same point ({which}): every rank must make the same calls in the same order")
+        config = said[0][1]
+        from purlin_bench.measurement import MeasurementService
+
+        program = MeasurementService(self.backend).program(inst, config, dtype, redop)
+        with self.backend.guard():
+            runner = self.backend.prepare(program, 1, **dict(config.exec_params))
+            prepared = _Prepared(inst, runner, self.rank, itemsize)
+        self._prepared[ident] = prepared
+        return prepared
+
+    def _enqueue(self, p: _Prepared, x, out, stream) -> None:
+        import cupy
+
+        rt = cupy.cuda.runtime
+        s = stream.cuda_stream
+        ext = cupy.cuda.ExternalStream(s, self.device)
+        # The input and output buffers are shared with the peers. Within a
+        # call the program's flags order every access: a peer touches my
+        # buffers only after my kernel's "ready" notify (after this copy-in,
+        # on my stream), and my kernel ends only once every peer that touched
+        # them has sent "done". So by the time the next call's copy-in runs
+        # on my stream (after this kernel), no peer reads my input or writes
+        # my output any more, and my copy-out below reads finished data.
+        try:
+            with self.backend.guard(), cupy.cuda.Device(self.device):
+                if p.in_bytes:
+                    rt.memcpyAsync(p.in_ptr, x.data_ptr(), p.in_bytes, rt.memcpyDeviceToDevice, s)
+                p.runner.launch(ext, 0)
+                if p.out_bytes:
+                    rt.memcpyAsync(out.data_ptr(), p.out_ptr, p.out_bytes, rt.memcpyDeviceToDevice, s)
+                if self.debug and not self._torch.cuda.is_current_stream_capturing():
+                    stream.synchronize()
+                    p.runner.check_status()
+        except PurlinError:
+            raise
+        except RuntimeError as exc:  # torch's own CUDA errors
+            raise ExecutionError(f"{type(exc).__name__}: {exc}") from None
+
+
+def _dtype_name(t) -> str:
+    return str(t.dtype).removeprefix("torch.")
