@@ -137,7 +137,7 @@ def _connect_torchrun(env: RankEnv, timeout_s: float) -> Group:
     group = Group(store, env.rank, env.size, env.run, timeout_s=timeout_s)
     if server is not None:
         _server = server
-        group._own(server)
+        group.own(server)
     return group
 
 

@@ -133,11 +133,11 @@ class Group:
             for thing in self._owned:
                 thing.close()
 
-    # -- internals -----------------------------------------------------------
-
-    def _own(self, thing: Any) -> None:
+    def own(self, thing: Any) -> None:
         """Close ``thing`` (e.g. the store's server) when the group closes."""
         self._owned.append(thing)
+
+    # -- internals -----------------------------------------------------------
 
     def _check_root(self, root: int) -> None:
         if not isinstance(root, int) or not 0 <= root < self.size:

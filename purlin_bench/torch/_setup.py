@@ -54,7 +54,7 @@ def join_group(tdist: Any, pg: Any, rank: int, size: int, timeout_s: float) -> t
     group = Group(store, rank, size, box[3], timeout_s=timeout_s)
     if server is not None:
         # The group closes it, after waiting (bounded) for the others to leave.
-        group._own(server)
+        group.own(server)
     return group, server
 
 
