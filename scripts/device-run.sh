@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs compiled multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -125,6 +125,12 @@ step_procs() {  # issue 14 on one GPU: bench, a killed rank, the torch example u
     timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 --dtype float32 2>&1 | tee -a "$OUT/procs-tp-mlp.log" | tail -3
   fi
   timeout 90 python3 -m torch.distributed.run --nproc-per-node 2 -m purlin_bench check all-reduce --backend cupy --strategy all --dtype float32,bfloat16 2>&1 | tee "$OUT/procs-torchrun.log" | tail -3
+}
+step_compiled() {  # issue 16: the compiled datapath on the GPU, checked, then timed beside the interpreter and CuPy
+  timeout ${COMPILED_TESTS_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 200 --maxfail 5 -rfE tests/test_gpu_compiled.py 2>&1 | tee "$OUT/compiled-tests.log" | tail -12
+  for d in float32 bfloat16; do  # the compiled kernel beside the default (interpreted) and CuPy, in one process
+    timeout ${COMPILED_BENCH_LIMIT:-150} purlin bench all -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 -d $d --kernel compiled --baseline cupy,default --no-inplace --json "$OUT/compiled-$d.json" 2>&1 | tee "$OUT/compiled-$d.log" | grep -E "^# (Speed|Avg)|rror|^[a-z-]+  \(" | tail -20
+  done
 }
 step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench against NCCL, tune, bench the plans
   timeout 240 purlin check all --backend cupy --gpus all --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/mgpu-check.log" | tail -5

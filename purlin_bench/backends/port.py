@@ -209,6 +209,13 @@ class Backend(ABC):
         with one process per rank it is a barrier, so every rank starts a
         batch together and none times its wait for a late peer."""
 
+    def source(self, program: Program, **params: Any) -> str:
+        """The device code this backend would generate for ``program`` with
+        ``params`` (``purlin show --source``); needs no device."""
+        from purlin_bench.errors import PurlinError
+
+        raise PurlinError(f"backend {self.name} generates no source for a program")
+
     def rank_baseline(self, runner: Runner, inst: Instance, name: str) -> Candidate:
         """With one process per rank: this rank's part of baseline ``name``
         over ``runner``'s inputs (every rank makes it, and times it, together)."""

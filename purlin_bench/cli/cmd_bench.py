@@ -59,6 +59,7 @@ def bench(
     blocks: Optional[int] = typer.Option(None, "--blocks", help=_param_help("blocks")),
     threads: Optional[int] = typer.Option(None, "--threads", help=_param_help("threads")),
     datapath: Optional[str] = typer.Option(None, "--datapath", help=_param_help("datapath")),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help=_param_help("kernel")),
     unroll: Optional[int] = typer.Option(None, "--unroll", help=_param_help("unroll")),
     json_out: Optional[str] = typer.Option(None, "--json", help="write results (nccl-tests -J rows plus ours) here"),
     csv_out: Optional[str] = typer.Option(None, "--csv", help="write one CSV row per size here"),
@@ -95,7 +96,7 @@ def bench(
         raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
     specs = load_all_builtin() if collective == "all" else [resolve(collective)]
     slice_nbytes = None if slice_bytes is None else parse_bytes(slice_bytes, "--slice-bytes")
-    choice = _choice(strategy, plan, channels, slice_nbytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll}, backend_cls, n_ranks, dtype, devices)
+    choice = _choice(strategy, plan, channels, slice_nbytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll, "kernel": kernel}, backend_cls, n_ranks, dtype, devices)
     backend_obj = make(backend_cls, n_ranks, tuple(devices) if devices else None)
     baselines = _baselines(baseline, backend_obj.baselines())
     policy = TimingPolicy(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0)

@@ -32,6 +32,9 @@ def show(
     inplace: bool = typer.Option(False, "--inplace", help="Show the in-place program (nccl-tests' in-place buffers)."),
     as_json: bool = typer.Option(False, "--json", help="Print the program as JSON (Program.to_json) instead."),
     spec_file: Optional[str] = typer.Option(None, "--spec", help="A user's collective spec (.yaml) instead of COLLECTIVE."),
+    source: bool = typer.Option(False, "--source", help="Print the device code the GPU backend generates for the program (the compiled datapath) instead."),
+    blocks: int = typer.Option(0, "--blocks", help="With --source: thread blocks per (rank, channel) list; 0 sizes them from the data."),
+    unroll: int = typer.Option(2, "--unroll", help="With --source: 16-byte vectors in flight per thread (1, 2, 4)."),
 ) -> None:
     """Show the SNAC program a strategy derives: per rank and channel, every step
     with its peer, buffer slice [lo:hi), flag and role; then a summary."""
@@ -52,6 +55,12 @@ def show(
     program = plan(inst, strategy, name, params=params, inplace=inplace)
     if as_json:
         print(program.to_json(indent=2))
+        return
+    if source:
+        from purlin_bench.backends import AUTO_ORDER, backend_class
+
+        gpu = backend_class(AUTO_ORDER[0])  # the GPU backend; its source needs no GPU
+        print(gpu(ranks).source(program, blocks=blocks, unroll=unroll, kernel="compiled"), end="")
         return
     console.print(render_rich(program))
 

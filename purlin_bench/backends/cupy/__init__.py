@@ -160,6 +160,23 @@ class CupyBackend(Backend):
         with device_errors():
             return CupyRunner(self.world, program, timeout_s=self.timeout_s, sets=sets, settings=self.settings, **checked)
 
+    def source(self, program: Program, **params: Any) -> str:
+        """The compiled datapath's CUDA C++ for ``program`` on virtual ranks
+        (one fused launch), ``blocks`` as given or sized from the data (no
+        device to cap it by), and the build options it compiles with."""
+        from purlin_bench.backends.cupy.atoms import compile_options, source_text
+        from purlin_bench.backends.cupy.compiled import generate
+        from purlin_bench.backends.cupy.executor import MAX_BLOCKS, copies_only
+        from purlin_bench.backends.cupy.lower import flag_id, lower
+
+        checked = check_params(type(self), params)
+        low = lower(program, list(range(program.ranks)), True, checked["datapath"], flag_id)
+        work = (low.ops["count"] * (low.ops["nsrc"] + low.ops["ndst"])).max() if len(low.ops) else 0
+        auto = int(min(MAX_BLOCKS, max(1, -(-int(work) * np.dtype(program.dtype if program.dtype != "bfloat16" else "uint16").itemsize // self.settings.auto_block_bytes))))
+        blocks = min(checked["blocks"], auto) if checked["blocks"] else auto
+        options = compile_options(program.dtype, program.redop or "sum", checked["unroll"], checked["threads"], False, self.settings.copy_only_build and copies_only([low]), self.settings.defines())
+        return f"// nvrtc {' '.join(options)}\n" + generate(low, program.ranks, blocks, source_text())
+
     def reference(self, runner: CupyRunner, inst: Instance, inputs: Sequence[np.ndarray]):
         from purlin_bench.backends.cupy.check import DeviceReference
 

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from purlin_bench.backends.cupy.atoms import snac_kernel
-from purlin_bench.backends.cupy.lower import OP_REDUCE, Lowered, buffer_index, lower
+from purlin_bench.backends.cupy.lower import OP_REDUCE, Lowered, buffer_index, flag_id, lower
 from purlin_bench.backends.cupy.timing import Candidate
 from purlin_bench.backends.cupy.world import World
 from purlin_bench.config import Param
@@ -71,6 +71,7 @@ PARAMS = (
     Param("threads", 512, choices=(128, 256, 512), help="threads per block"),
     Param("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines (cudaMemcpyAsync)"),
     Param("unroll", 2, choices=(1, 2, 4), help="16-byte vectors in flight per thread"),
+    Param("kernel", "interpreted", choices=("interpreted", "compiled"), help="the step interpreter (atoms/snac.cu), or CUDA C++ generated for the program (compiled once per machine by NVRTC, cached on disk)"),
 )
 
 
@@ -110,12 +111,13 @@ class _Launch:
             self.grid = lowered.group_count * runner.blocks
             self.epochs = cupy.zeros(max(1, self.grid), dtype=cupy.uint64)
             self.status = cupy.zeros(8, dtype=cupy.int64)
-            self.kernel = runner.kernel(self.device)
+            self.compiled = runner.compiled and bool(lowered.group_count)
+            self.kernel = runner.compiled_kernel(self.device, ranks) if self.compiled else runner.kernel(self.device)
             self.stream = cupy.cuda.Stream(non_blocking=True)
 
 
 class CupyRunner:
-    def __init__(self, world: World, program: Program, blocks: int = 0, threads: int = 512, datapath: str = "sm", unroll: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, sets: int = 1, settings: KernelSettings = KernelSettings()):
+    def __init__(self, world: World, program: Program, blocks: int = 0, threads: int = 512, datapath: str = "sm", unroll: int = 2, kernel: str = "interpreted", timeout_s: float = DEFAULT_TIMEOUT_S, sets: int = 1, settings: KernelSettings = KernelSettings()):
         import cupy
 
         if datapath == "ce" and not world.fused:
@@ -124,6 +126,7 @@ class CupyRunner:
             raise ExecutionError(f"program has {program.ranks} ranks, the world {world.ranks}")
         self.world, self.program, self.settings = world, program, settings
         self.threads, self.datapath, self.unroll = threads, datapath, unroll
+        self.compiled, self.compile_s = kernel == "compiled", 0.0
         self.timeout_ns = int(timeout_s * 1e9)
         _, self.dtype = resolve_dtype(program.dtype)
         self.storage = _np_storage(self.dtype)
@@ -154,12 +157,29 @@ class CupyRunner:
         self._check_coresidency()
         self._held: list[object] = []
         self.bases = [self._base_table(s) for s in range(self.sets)]
+        # The compiled kernels take every slice base and flag base as a
+        # parameter: one tuple per buffer set, built once.
+        flags = tuple(np.uint64(f.data.ptr) for f in self.flags)
+        self._compiled_args = [tuple(np.uint64(p) for p in b["host"]) + flags for b in self.bases]
         self.ce_streams = {}
         self._main_stream = None
 
     # -- setup ---------------------------------------------------------------
     def kernel(self, device: int):
         return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, self.world.sys_scope, self.copy_only, self.settings.defines())
+
+    def compiled_kernel(self, device: int, ranks: list[int]):
+        """The compiled datapath's kernel for the launch of ``ranks``: its
+        own lowering carries flag ids, which become parameter offsets."""
+        from purlin_bench.backends.cupy.atoms import compile_options, source_text
+        from purlin_bench.backends.cupy.compiled import compiled_kernel, generate
+
+        low = lower(self.program, ranks, self.world.fused, self.datapath, flag_id)
+        source = generate(low, self.program.ranks, self.blocks, source_text())
+        options = compile_options(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, self.world.sys_scope, self.copy_only, self.settings.defines())
+        kernel, seconds = compiled_kernel(source, options, device)
+        self.compile_s += seconds
+        return kernel
 
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
         biggest = 0
@@ -177,7 +197,8 @@ class CupyRunner:
         could wait forever on a block that never gets an SM: refuse it."""
         import cupy
 
-        attrs = self.kernel(device).attributes
+        kernels = [launch.kernel for launch in getattr(self, "launches", ()) if launch.device == device] or [self.kernel(device)]
+        attrs = {"num_regs": max(k.attributes["num_regs"] for k in kernels)}
         dev = cupy.cuda.Device(device).attributes
         warps = -(-self.threads // 32)
         regs_per_warp = -(-attrs["num_regs"] * 32 // 256) * 256
@@ -316,10 +337,13 @@ class CupyRunner:
             target = stream if single else launch.stream
             if not single:
                 target.wait_event(start)
-            args = (
-                launch.ops, launch.groups, table[launch.device], launch.epochs, launch.status, self.abort,
-                np.uint64(self.timeout_ns), np.int32(self.blocks), np.int32(3 * self.program.ranks),
-            )
+            if launch.compiled:
+                args = (*self._compiled_args[slot], launch.epochs, launch.status, self.abort, np.uint64(self.timeout_ns))
+            else:
+                args = (
+                    launch.ops, launch.groups, table[launch.device], launch.epochs, launch.status, self.abort,
+                    np.uint64(self.timeout_ns), np.int32(self.blocks), np.int32(3 * self.program.ranks),
+                )
             with cupy.cuda.Device(launch.device), target:
                 launch.kernel((launch.grid,), (self.threads,), args)
             if not single:

@@ -1,0 +1,98 @@
+"""The compiled datapath on a real GPU: the same checks as the interpreter's
+(every collective, strategy and dtype at several rank counts, in place,
+reductions, split launches, graph replays, the watchdog), with
+kernel=compiled. Marked `gpu`."""
+
+from __future__ import annotations
+
+import pytest
+
+from purlin_bench.spec import load_all_builtin, load_builtin
+from purlin_bench.strategies import STRATEGIES
+from tests.test_gpu_executor import PerRanks, _check
+
+pytestmark = pytest.mark.gpu
+COMPILED = {"kernel": "compiled"}
+
+
+@pytest.fixture(scope="module")
+def executor():
+    return PerRanks(timeout_s=5.0)
+
+
+@pytest.mark.parametrize("spec", load_all_builtin(), ids=lambda s: s.name)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32"])
+def test_every_strategy_matches_the_reference(executor, spec, dtype):
+    for ranks in (1, 3, 8):
+        root = ranks - 1 if spec.rooted else 0
+        for count in (1, 1001, 65536 + 3):
+            for strategy in STRATEGIES:
+                _check(executor, spec, ranks, count, dtype, strategy, root, exec_params=COMPILED)
+
+
+@pytest.mark.parametrize("redop", ["prod", "max", "min"])
+def test_reductions_and_in_place(executor, redop):
+    for name in ("all-reduce", "reduce-scatter", "reduce"):
+        for strategy in STRATEGIES:
+            _check(executor, load_builtin(name), 8, 3001, "float16", strategy, redop=redop, exec_params=COMPILED)
+            _check(executor, load_builtin(name), 8, 4099, "float32", strategy, inplace=True, exec_params=COMPILED)
+
+
+@pytest.mark.parametrize("exec_params", [{"blocks": 1, "threads": 128, "unroll": 1}, {"blocks": 8, "unroll": 4}, {"datapath": "ce"}])
+def test_with_datapath_parameters(executor, exec_params):
+    for name in ("all-reduce", "all-gather", "broadcast"):
+        for strategy in STRATEGIES:
+            _check(executor, load_builtin(name), 8, 12345, "float32", strategy, params={"channels": 2}, exec_params={**exec_params, **COMPILED})
+
+
+def test_split_launches_keep_the_call_protocol():
+    split = PerRanks(split_launches=True, timeout_s=5.0)
+    for name in ("all-reduce", "all-gather", "all-to-all"):
+        for strategy in STRATEGIES:
+            _check(split, load_builtin(name), 4, 1001, "float32", strategy, exec_params=COMPILED)
+
+
+def test_a_missing_notify_is_a_watchdog_naming_rank_step_and_flag():
+    """As the interpreter's test: drop the notify of a ring's last hop; the
+    compiled kernel's watchdog names exactly its consumer's rank, step and flag."""
+    import dataclasses
+
+    import numpy as np
+
+    from purlin_bench.backends.port import run_once
+    from purlin_bench.dtypes import random_inputs
+    from purlin_bench.errors import WatchdogTimeout
+    from purlin_bench.planner import plan
+    from purlin_bench.program.model import Notify
+    from purlin_bench.spec import instantiate
+
+    program = plan(instantiate(load_builtin("all-gather"), 4, 10000, 4), "ring", "float32")
+    lists = [[list(steps) for steps in chans] for chans in program.lists]
+    final_waits = {s.waits[0]: (r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if getattr(s, "op", None) == "wait" and len(s.waits) == 1}
+    rank, channel, index = next((r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if isinstance(s, Notify) and s.role == "data" and s.flag in final_waits)
+    dropped = lists[rank][channel].pop(index)
+    waiter = final_waits[dropped.flag]
+    broken = dataclasses.replace(program, lists=tuple(tuple(tuple(s) for s in chans) for chans in lists))
+    runner = PerRanks(timeout_s=0.5).prepare(broken, **COMPILED)
+    with pytest.raises(WatchdogTimeout) as err:
+        run_once(runner, random_inputs(np.random.default_rng(0), broken.in_counts, np.dtype(np.float32), None))
+    message = str(err.value)
+    assert f"rank {waiter[0]} channel {waiter[1]} step {waiter[2]} " in message, message
+    assert dropped.flag.text() in message, message
+
+
+def test_graph_replays_and_compile_time_are_recorded():
+    from purlin_bench.backends.cupy import CupyBackend
+    from purlin_bench.backends.port import TimingPolicy
+    from purlin_bench.config import RunConfig
+    from purlin_bench.measurement import MeasurementService
+    from purlin_bench.spec import instantiate
+
+    service = MeasurementService(CupyBackend(8, timeout_s=5.0))
+    inst = instantiate(load_builtin("all-reduce"), 8, 4096, 4)
+    configs = {"interpreted": RunConfig.make("two-shot", {}, {}), "compiled": RunConfig.make("two-shot", {}, COMPILED)}
+    result = service.compare(inst, configs, "float32", "sum", policy=TimingPolicy(iters=20, warmup=2, reps=3))
+    assert result.nwrong == {"interpreted": 0, "compiled": 0}
+    assert all(t.median_us > 0 for t in result.times.values())
+    prepared = service.prepare(inst, configs["compiled"], "float32", "sum")
+    assert prepared.runner.compile_s >= 0.0
