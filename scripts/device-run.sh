@@ -109,8 +109,8 @@ step_search() {  # tuner against exhaustive search on one bucket (docs/tuning.md
 step_procs-smoke() {  # issue 14: a first look at ranks in processes on one GPU (CUDA IPC), full output
   timeout 90 purlin check all-reduce --procs 2 --backend cupy --strategy all --dtype float32,bfloat16 --count 1,1001 2>&1 | tee "$OUT/procs-smoke.log" | tail -30
 }
-step_tests-core() {  # the GPU tests but the multi-process ones (step procs runs those)
-  timeout ${TESTS_LIMIT:-330} python3 -m pytest -q -p no:cacheprovider -m gpu -k "not procs" -o addopts="" --timeout 240 --maxfail 10 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -30
+step_tests-core() {  # the GPU tests but the multi-process and compiled ones (steps procs-check and compiled-tests run those)
+  timeout ${TESTS_LIMIT:-330} python3 -m pytest -q -p no:cacheprovider -m gpu -k "${TESTS_K:-not procs and not compiled}" -o addopts="" --timeout 240 --maxfail 10 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -30
 }
 step_procs-check() {  # issue 14's done-means on one GPU: every collective, strategy, dtype, count and root; PROCS_N processes
   for n in ${PROCS_N:-2 4}; do
@@ -126,10 +126,13 @@ step_procs() {  # issue 14 on one GPU: bench, a killed rank, the torch example u
   fi
   timeout 90 python3 -m torch.distributed.run --nproc-per-node 2 -m purlin_bench check all-reduce --backend cupy --strategy all --dtype float32,bfloat16 2>&1 | tee "$OUT/procs-torchrun.log" | tail -3
 }
-step_compiled() {  # issue 16: the compiled datapath on the GPU, checked, then timed beside the interpreter and CuPy
+step_compiled() { step_compiled-tests; step_compiled-bench; }
+step_compiled-tests() {  # issue 16: the compiled datapath on the GPU, checked like the interpreter
   timeout ${COMPILED_TESTS_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 200 --maxfail 5 -rfE tests/test_gpu_compiled.py 2>&1 | tee "$OUT/compiled-tests.log" | tail -12
+}
+step_compiled-bench() {  # issue 16: the compiled kernel timed beside the default (interpreted), torch and CuPy
   for d in float32 bfloat16; do  # the compiled kernel beside the default (interpreted) and CuPy, in one process
-    timeout ${COMPILED_BENCH_LIMIT:-150} purlin bench all -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 -d $d --kernel compiled --baseline cupy,default --no-inplace --json "$OUT/compiled-$d.json" 2>&1 | tee "$OUT/compiled-$d.log" | grep -E "^# (Speed|Avg)|rror|^[a-z-]+  \(" | tail -20
+    timeout ${COMPILED_BENCH_LIMIT:-150} purlin bench all -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 -d $d --kernel compiled --baseline torch,cupy,default --no-inplace --json "$OUT/compiled-$d.json" 2>&1 | tee "$OUT/compiled-$d.log" | grep -E "^# (Speed|Avg)|rror|^[a-z-]+  \(" | tail -20
   done
 }
 step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench against NCCL, tune, bench the plans

@@ -271,7 +271,7 @@ def test_abort_reaches_every_waiting_rank_as_peer_failed(tmp_path):
         assert finish(spawn(server, tok, range(3), 3, "abort", 30, tmp_path)) == [0, 3, 3]
     for rank in (1, 2):
         got = result(tmp_path, rank)
-        assert got["error"] == "PeerFailed" and got["message"] == "rank 0 gave up: boom"
+        assert got["error"] == "PeerFailed" and got["message"].endswith(": rank 0 gave up: boom") and "stopped waiting at step" in got["message"]
         assert got["elapsed"] < 5
 
 

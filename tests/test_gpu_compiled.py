@@ -20,19 +20,20 @@ def executor():
     return PerRanks(timeout_s=5.0)
 
 
+# Every program is a new source and NVRTC takes about a second a source on a
+# fresh machine (then CuPy's disk cache), so this samples: every collective
+# and strategy at 8 ranks, one dtype per rank count, the odd counts that
+# take the scalar edges.
 @pytest.mark.parametrize("spec", load_all_builtin(), ids=lambda s: s.name)
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32"])
-def test_every_strategy_matches_the_reference(executor, spec, dtype):
-    for ranks in (1, 3, 8):
+def test_every_strategy_matches_the_reference(executor, spec):
+    for ranks, dtype, count in ((8, "float32", 65536 + 3), (3, "bfloat16", 1001), (2, "int32", 1)):
         root = ranks - 1 if spec.rooted else 0
-        for count in (1, 1001, 65536 + 3):
-            for strategy in STRATEGIES:
-                _check(executor, spec, ranks, count, dtype, strategy, root, exec_params=COMPILED)
+        for strategy in STRATEGIES:
+            _check(executor, spec, ranks, count, dtype, strategy, root, exec_params=COMPILED)
 
 
-@pytest.mark.parametrize("redop", ["prod", "max", "min"])
-def test_reductions_and_in_place(executor, redop):
-    for name in ("all-reduce", "reduce-scatter", "reduce"):
+def test_reductions_and_in_place(executor):
+    for name, redop in (("all-reduce", "max"), ("reduce-scatter", "prod"), ("reduce", "min")):
         for strategy in STRATEGIES:
             _check(executor, load_builtin(name), 8, 3001, "float16", strategy, redop=redop, exec_params=COMPILED)
             _check(executor, load_builtin(name), 8, 4099, "float32", strategy, inplace=True, exec_params=COMPILED)
@@ -40,14 +41,14 @@ def test_reductions_and_in_place(executor, redop):
 
 @pytest.mark.parametrize("exec_params", [{"blocks": 1, "threads": 128, "unroll": 1}, {"blocks": 8, "unroll": 4}, {"datapath": "ce"}])
 def test_with_datapath_parameters(executor, exec_params):
-    for name in ("all-reduce", "all-gather", "broadcast"):
+    for name in ("all-reduce", "broadcast"):
         for strategy in STRATEGIES:
             _check(executor, load_builtin(name), 8, 12345, "float32", strategy, params={"channels": 2}, exec_params={**exec_params, **COMPILED})
 
 
 def test_split_launches_keep_the_call_protocol():
     split = PerRanks(split_launches=True, timeout_s=5.0)
-    for name in ("all-reduce", "all-gather", "all-to-all"):
+    for name in ("all-reduce", "all-to-all"):
         for strategy in STRATEGIES:
             _check(split, load_builtin(name), 4, 1001, "float32", strategy, exec_params=COMPILED)
 

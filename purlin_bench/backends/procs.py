@@ -21,8 +21,10 @@ and answer each; nothing of the command line runs there.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -30,7 +32,7 @@ from typing import Any, Callable, Sequence
 from purlin_bench.backends.port import Backend, Runner, TimingPolicy
 from purlin_bench.dist import Group, RankEnv, connect
 from purlin_bench.dist.group import abort_key
-from purlin_bench.dist.errors import DistError
+from purlin_bench.dist.errors import Cancelled, DistError
 from purlin_bench.dist.shm import remove_run_dir, run_dir
 from purlin_bench.errors import ExecutionError, PurlinError
 from purlin_bench.hardware import Fingerprint
@@ -38,12 +40,28 @@ from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
 from purlin_bench.timing import Timing
 
-# How long a flag wait of the CPU reference may take, and a command's answer:
-# on one GPU, ranks are time-sliced (milliseconds a cross-process wait), on
-# two CI cores five processes take turns; a wait must outlast many slices.
-WATCHDOG_S = float(os.environ.get("PURLIN_WATCHDOG_S", "20"))
+# How long a flag wait may take with ranks in processes: on one GPU they are
+# time-sliced (milliseconds a cross-process wait), on two CI cores five
+# processes take turns; a wait must outlast many slices. Below the
+# launcher's grace period (cli/procs.py gives it this plus 10 s), so a rank
+# stuck on a dead peer names the wait before it is stopped.
+DEFAULT_WATCHDOG_S = 10.0
 COMMAND_S = 600.0
 IDLE_S = 1800.0
+
+
+def watchdog_s() -> float:
+    """PURLIN_WATCHDOG_S, checked: a finite number of seconds above 0."""
+    text = os.environ.get("PURLIN_WATCHDOG_S")
+    if text is None:
+        return DEFAULT_WATCHDOG_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value <= 0:
+        raise PurlinError(f"PURLIN_WATCHDOG_S must be a number of seconds above 0, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -58,7 +76,7 @@ class Procs:
     device: int | None
     folder: Path
     launcher: str
-    watchdog_s: float = WATCHDOG_S
+    watchdog_s: float = DEFAULT_WATCHDOG_S
 
     def describe(self) -> str:
         return f"{self.size} processes ({self.launcher}), one rank each; a time is the slowest rank's"
@@ -71,10 +89,12 @@ def join(env: RankEnv) -> Procs:
     """Join this process's run (once; then :func:`current` returns it)."""
     if _joined:
         return _joined[0]
+    limit = watchdog_s()
     group = connect(env, timeout_s=COMMAND_S)
-    folder = str(run_dir(env.run)) if group.rank == 0 else None
+    # A random part: two torchrun jobs may share a run id (its default is "none").
+    folder = str(run_dir(f"{env.run}-{secrets.token_hex(4)}")) if group.rank == 0 else None
     folder = group.broadcast(folder, "folder")
-    procs = Procs(group, group.rank, group.size, env.device, Path(folder), env.launcher)
+    procs = Procs(group, group.rank, group.size, env.device, Path(folder), env.launcher, limit)
     _joined.append(procs)
     return procs
 
@@ -92,10 +112,11 @@ def leave() -> None:
     try:
         if procs.rank == 0:
             _send(procs, ("exit",))
-            remove_run_dir(procs.folder)
     except PurlinError:
         pass  # a worker already gone: the launcher reports it
     finally:
+        if procs.rank == 0:
+            remove_run_dir(procs.folder)
         procs.group.close()
 
 
@@ -110,9 +131,14 @@ _SLICE_S = 0.25
 def _send(procs: Procs, command: tuple) -> None:
     _sequence[0] += 1
     procs.group.store.set(f"cmd/{_sequence[0]}", pickle.dumps(command))
-    # Each worker reads it once; the previous command is then read by all.
-    if _sequence[0] > 1:
-        procs.group.store.delete(f"cmd/{_sequence[0] - 1}")
+    _scope(procs, _sequence[0])
+
+
+def _scope(procs: Procs, n: int) -> None:
+    """Command ``n``'s group calls are numbered on their own, and a rank that
+    fails it stops every other rank's waits in it (Group.scope): a failure in
+    one command never strands a peer in a barrier, nor shifts the next one."""
+    procs.group.scope(f"c{n}", cancel=f"{procs.group.run}/fail/{n}")
 
 
 def _answers(procs: Procs, what: str) -> list[Any]:
@@ -123,6 +149,9 @@ def _answers(procs: Procs, what: str) -> list[Any]:
         key = f"ans/{_sequence[0]}/{rank}"
         out.append(pickle.loads(_wait(procs, key, COMMAND_S, rank, f"rank 0 waited for rank {rank}'s answer to '{what}'")))
         procs.group.store.delete(key)
+    # Every worker has read the command (it answered): it can go.
+    procs.group.store.delete(f"cmd/{_sequence[0]}")
+    procs.group.store.delete(f"{procs.group.run}/fail/{_sequence[0]}")
     errors = [(r, a[1]) for r, a in enumerate(out) if r and a[0] == "error"]
     if errors:
         rank, message = errors[0]
@@ -144,7 +173,7 @@ def _wait(procs: Procs, key: str, limit_s: float, peer: int, what: str) -> bytes
             waited += _SLICE_S
         why = store.try_get(abort_key(procs.group.run))
         if why is not None:
-            raise PeerFailed(f"rank {procs.rank}: {what}: {why.decode(errors='replace')}")
+            raise PeerFailed(f"{what}: {why.decode(errors='replace')}")
         if waited >= limit_s:
             raise DistError(f"{what} for {limit_s:.0f} s and got none: rank {peer} is stuck")
 
@@ -172,7 +201,7 @@ class Driver(Backend):
         and return every rank's result; the first rank's error is raised.
         A rank lost (DistError) ends the run: every later command says so."""
         if self.lost:
-            raise ExecutionError(f"this run lost a rank earlier ({self.lost}); nothing more can run")
+            raise DistError(f"this run lost a rank earlier ({self.lost}); nothing more can run")
         try:
             return self._command_once(command, what, local)
         except DistError as exc:
@@ -189,6 +218,8 @@ class Driver(Backend):
             raise
         except PurlinError as exc:
             failure = exc
+            if not isinstance(exc, Cancelled):
+                self.procs.group.cancel(f"rank 0: {exc}")
         answers = _answers(self.procs, what) if failure is None else self._drain(what, failure)
         answers[0] = mine
         return answers
@@ -200,8 +231,9 @@ class Driver(Backend):
             _answers(self.procs, what)
         except DistError as exc:
             raise type(exc)(f"{exc}; rank 0 meanwhile: {failure}") from None
-        except ExecutionError:
-            pass
+        except ExecutionError as exc:
+            if isinstance(failure, Cancelled):
+                raise  # rank 0 only stopped because of this rank's failure: say that one
         raise ExecutionError(f"rank 0: {failure}") from None
 
     def describe(self) -> str:
@@ -236,7 +268,12 @@ class Driver(Backend):
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> "DriverRunner":
         _runner_ids[0] += 1
         rid = _runner_ids[0]
-        local = self._command(("prepare", rid, program, sets, params), "prepare", lambda: self.part.prepare(program, sets, **params))[0]
+        try:
+            local = self._command(("prepare", rid, program, sets, params), "prepare", lambda: self.part.prepare(program, sets, **params))[0]
+        except ExecutionError:
+            if not self.lost:  # the ranks that did prepare it let it go
+                self._command(("close", rid), "close")
+            raise
         return DriverRunner(self, rid, local)
 
     def reference(self, runner: "DriverRunner", inst: Instance, inputs: Sequence[Any]) -> "DriverReference":
@@ -324,7 +361,7 @@ def _turns(procs: Procs) -> Callable[[], None]:
     return barrier
 
 
-_drivers: dict[tuple[str, int], Driver] = {}
+_drivers: dict[str, Driver] = {}
 
 
 def drive(cls: type[Backend], procs: Procs, seed: int = 0) -> Driver:
@@ -334,7 +371,9 @@ def drive(cls: type[Backend], procs: Procs, seed: int = 0) -> Driver:
         raise PurlinError(f"backend {cls.name} cannot run one process per rank")
     if procs.rank != 0:
         raise PurlinError("only rank 0 drives a run")
-    key = (cls.name, seed)
+    # One per backend: each worker holds one part per backend, and the
+    # parts' shared files are named by a count they must agree on.
+    key = cls.name
     if key not in _drivers:
         driver_class = type(f"{cls.__name__}Procs", (Driver, cls), {"part_class": cls})
         _drivers[key] = driver_class(procs.size, None, seed, procs=procs)
@@ -356,6 +395,7 @@ def serve(procs: Procs) -> int:
         raw = _wait(procs, f"cmd/{n}", IDLE_S, 0, f"rank {procs.rank} waited for rank 0's next command")
         command = pickle.loads(raw)
         op = command[0]
+        _scope(procs, n)
         if op == "exit":
             return 0
         try:
@@ -366,8 +406,12 @@ def serve(procs: Procs) -> int:
             else:
                 answer = _handle(part, runners, candidates, procs, command)
             reply = ("ok", answer)
+        except DistError:
+            raise  # the run is lost: this rank says why and exits
         except PurlinError as exc:
             reply = ("error", str(exc))
+            if not isinstance(exc, Cancelled):
+                procs.group.cancel(f"rank {procs.rank}: {exc}")
         procs.group.store.set(f"ans/{n}/{procs.rank}", pickle.dumps(reply))
 
 

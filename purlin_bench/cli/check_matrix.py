@@ -19,6 +19,7 @@ from purlin_bench.backends.port import Backend
 from purlin_bench.check import partial_overflow
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import DTYPES, REDOPS, resolve_dtype
+from purlin_bench.dist.errors import DistError
 from purlin_bench.errors import PurlinError, SpecError
 from purlin_bench.inputs import exact_inputs
 from purlin_bench.measurement import MeasurementService
@@ -224,6 +225,8 @@ class Runner:
             return Outcome(c, ERROR, note=f"plan: {exc}")
         try:
             result = service.check(job.inst, config, c.dtype, c.redop, c.inplace, seed=self.seed)
+        except DistError:
+            raise  # a lost rank ends the run: every later check would say the same
         except PurlinError as exc:  # deadlock, device timeout
             return Outcome(c, ERROR, steps=program.step_count(), note=f"run: {exc}")
         if not result.ok:

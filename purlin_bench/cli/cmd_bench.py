@@ -71,7 +71,7 @@ def bench(
     if procs is not None:
         counts = common.int_list(procs, "--procs", minimum=1)
         backend_cls, _ = resolve_backend(backend)
-        check_procs(counts, backend_cls, None if ranks is None else str(ranks))
+        check_procs(counts, backend_cls, None if ranks is None else str(ranks), {"--json": json_out, "--csv": csv_out, "--plot": plot_out})
         raise typer.Exit(launch(counts, common.gpu_devices(gpus, backend_cls), common.invocation))
     ranks = ranks_for([ranks] if ranks is not None else None, [8])[0]
     outputs.check_output(json_out, "--json")

@@ -133,7 +133,7 @@ def check(
     devices = gpu_devices(gpus, chosen)
     if procs is not None:
         counts = int_list(procs, "--procs", minimum=1)
-        check_procs(counts, chosen, ranks)
+        check_procs(counts, chosen, ranks, {"--json": as_json})
         raise typer.Exit(launch(counts, devices, invocation))
     given = int_list(ranks, "--ranks", minimum=1) if ranks else None
     request = m.Request(

@@ -102,7 +102,9 @@ def run(argv: list[str] | None = None) -> int:
     try:
         # One of a run's processes (--procs, torchrun): the workers serve
         # rank 0 here and never parse the command line.
-        worker = procs.enter()
+        worker = procs.enter(common.invocation)
+        if worker is None and "PURLIN_COMMAND" in os.environ:
+            common.invocation[:] = procs.original_command()
         result = worker if worker is not None else app(args=argv, prog_name="purlin", standalone_mode=False)
         code = result if isinstance(result, int) else 0
         sys.stdout.flush()  # here, not at exit: a full disk is then caught below
@@ -130,7 +132,8 @@ def run(argv: list[str] | None = None) -> int:
         common.error(str(exc))
         code = 2
     except KeyboardInterrupt:
-        common.error("interrupted")
+        if not procs.is_worker():  # rank 0 says it, once for the run
+            common.error("interrupted")
         code = 130
     finally:
         procs.leave()

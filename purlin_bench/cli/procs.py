@@ -11,6 +11,8 @@ serves rank 0's commands (backends/procs.py) instead.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 
 from purlin_bench.errors import PurlinError
@@ -20,9 +22,26 @@ _LAUNCH_OPTIONS = ("--procs", "--gpus")
 PROCS_HELP = "one process per rank: comma list of process counts, one run each (ranks on --gpus round-robin, several per GPU allowed); under torchrun leave it out"
 
 
-def enter() -> int | None:
+# The commands that run one process per rank; any other command line, even
+# with RANK and WORLD_SIZE in its environment, runs as the one process it is.
+RUN_COMMANDS = ("check", "bench", "tune")
+
+
+def _started_as_rank(argv: list[str]) -> bool:
+    """Whether this process was started as one rank of a run: by our
+    launcher (PURLIN_STORE), or by torchrun (TORCHELASTIC_RUN_ID, which it
+    sets and a shell's leftover RANK does not), for a command that runs so."""
+    if "PURLIN_STORE" not in os.environ and "TORCHELASTIC_RUN_ID" not in os.environ:
+        return False
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return command in RUN_COMMANDS
+
+
+def enter(argv: list[str]) -> int | None:
     """Join this process's run if it is one of a run's processes: None for
     rank 0 (go on with the command), else the worker's exit code."""
+    if not _started_as_rank(argv):
+        return None
     from purlin_bench.dist import from_environ
 
     env = from_environ()
@@ -37,6 +56,8 @@ def enter() -> int | None:
         return None
     try:
         return procs.serve(run)
+    except KeyboardInterrupt:
+        return 130  # quietly: rank 0 says it for the run
     finally:
         procs.leave()
 
@@ -56,6 +77,22 @@ def in_run() -> int | None:
     return run.size if run else None
 
 
+def is_worker() -> bool:
+    """Whether this process serves rank 0 (it stays quiet on an interrupt)."""
+    joined = sys.modules.get("purlin_bench.backends.procs")
+    run = joined.current() if joined is not None else None
+    return run is not None and run.rank != 0
+
+
+def original_command() -> list[str]:
+    """The command line the user typed, which the launcher passed on."""
+    try:
+        argv = json.loads(os.environ["PURLIN_COMMAND"])
+    except ValueError:
+        return []
+    return [str(a) for a in argv] if isinstance(argv, list) else []
+
+
 def ranks_for(given: list[int] | None, default: list[int]) -> list[int]:
     """Rank counts a command runs: the run's size inside a run (where
     ``--ranks`` may only repeat it), else ``given`` or ``default``."""
@@ -67,11 +104,17 @@ def ranks_for(given: list[int] | None, default: list[int]) -> list[int]:
     return [size]
 
 
-def check_procs(counts: list[int], backend, ranks: str | None) -> None:
-    """Bounds of --procs, before any process starts."""
+def check_procs(counts: list[int], backend, ranks: str | None, outputs: dict[str, object] | None = None) -> None:
+    """Bounds of --procs, before any process starts; ``outputs`` (option ->
+    value) are written once per run, so they take one count only."""
+    from purlin_bench.backends.procs import watchdog_s
     from purlin_bench.cli.limits import check_ranks
 
     check_ranks(counts, "--procs")
+    watchdog_s()  # a bad PURLIN_WATCHDOG_S is one line here, before any process
+    given = [name for name, value in (outputs or {}).items() if value]
+    if given and len(counts) > 1:
+        raise PurlinError(f"{given[0]} is written by one run: give one --procs count with it, not {len(counts)}")
     if not backend.runs_in_procs:
         raise PurlinError(f"--procs: backend {backend.name} cannot run one process per rank")
     if ranks is not None:
@@ -86,11 +129,18 @@ def launch(counts: list[int], gpus: list[int] | None, argv: list[str]) -> int:
     if in_run() is not None:
         raise PurlinError("--procs starts its own processes; under torchrun (or inside a run) leave it out")
     child = [a for a in _without(argv, _LAUNCH_OPTIONS)]
+    # Rank 0 records the command a user typed (results files say it).
+    environ = {**os.environ, "PURLIN_COMMAND": json.dumps(argv)}
+    from purlin_bench.backends.procs import watchdog_s
+
+    grace = watchdog_s() + 10  # a rank's own watchdog names what it waited on first
     code = 0
     for n in counts:
-        rc = start(["-m", "purlin_bench", *child], n, gpus)
+        rc = start(["-m", "purlin_bench", *child], n, gpus, grace_s=grace, environ=environ)
         sys.stdout.flush()
         code = code or rc
+        if rc in (130, 143):  # interrupted or terminated: not the next count either
+            break
     return code
 
 

@@ -7,13 +7,14 @@ A base layer: it imports only :mod:`purlin_bench.errors` and the stdlib.
 """
 
 from purlin_bench.dist.env import RankEnv, connect, from_environ
-from purlin_bench.dist.errors import DistError, PeerFailed, PeerTimeout, StoreRefused, StoreTimeout, StoreUnreachable
+from purlin_bench.dist.errors import Cancelled, DistError, PeerFailed, PeerTimeout, StoreRefused, StoreTimeout, StoreUnreachable
 from purlin_bench.dist.group import Group
 from purlin_bench.dist.launch import launch
 from purlin_bench.dist.shm import Segment, remove_run_dir, run_dir, run_dirs, sweep_stale
 from purlin_bench.dist.store import Store, StoreServer
 
 __all__ = [
+    "Cancelled",
     "DistError",
     "Group",
     "PeerFailed",

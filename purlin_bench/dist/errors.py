@@ -31,3 +31,8 @@ class PeerFailed(DistError):
 
 
 __all__ = ["DistError", "PeerFailed", "PeerTimeout", "StoreRefused", "StoreTimeout", "StoreUnreachable"]
+
+
+class Cancelled(ExecutionError):
+    """Another rank failed the work of this step (Group.scope/cancel): this
+    rank stopped waiting for it. Not a lost rank: the run goes on."""

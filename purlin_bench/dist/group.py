@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from purlin_bench.dist.errors import DistError, PeerFailed, PeerTimeout, StoreTimeout, StoreUnreachable
+from purlin_bench.dist.errors import Cancelled, DistError, PeerFailed, PeerTimeout, StoreTimeout, StoreUnreachable
 from purlin_bench.dist.store import Store
 
 # Short enough that an abort stops a wait promptly, long enough that an idle
@@ -51,6 +51,8 @@ class Group:
         self.timeout_s = float(timeout_s)
         self._seq = 0
         self._step = ""
+        self._scope = ""
+        self._cancel: str | None = None
         self._owned: list[Any] = []
         self._closed = False
 
@@ -103,6 +105,35 @@ class Group:
         self._finish(prefix, others)
         return out
 
+    def scope(self, name: str, cancel: str | None = None) -> None:
+        """Number the next calls from 1 within ``name`` (e.g. one command of
+        a run), so a rank that failed part-way through the last scope cannot
+        shift the keys of this one; a wait of this scope raises PeerFailed
+        once key ``cancel`` is set (a rank failed this scope's work)."""
+        self._scope, self._seq, self._cancel = name, 0, cancel
+
+    def cancel(self, message: str) -> None:
+        """Stop every rank's waits in the current scope (see :meth:`scope`)."""
+        if self._cancel is not None:
+            self.store.set(self._cancel, message.encode("utf-8", "replace"))
+
+    def cancelled(self) -> str | None:
+        """Why the run or the current scope was stopped, if it was."""
+        for key in (abort_key(self.run), self._cancel):
+            if key is not None and (why := self.store.try_get(key)) is not None:
+                return why.decode("utf-8", "replace")
+        return None
+
+    def check_cancelled(self, what: str) -> None:
+        """Raise PeerFailed if the run was aborted (a rank died), Cancelled
+        if a rank failed the current scope's work; ``what`` says where."""
+        why = self.store.try_get(abort_key(self.run))
+        if why is not None:
+            raise PeerFailed(f"{what}: {why.decode('utf-8', 'replace')}")
+        why = self.store.try_get(self._cancel) if self._cancel else None
+        if why is not None:
+            raise Cancelled(f"{what}: {why.decode('utf-8', 'replace')}")
+
     def abort(self, message: str) -> None:
         """Make every rank's current or next wait raise :class:`PeerFailed`."""
         try:
@@ -150,8 +181,8 @@ class Group:
             raise DistError(f"rank {self.rank}: step {step!r} on a closed group")
         self._seq += 1
         self._step = step
-        self.store.set(f"{self.run}/at/{self.rank}", f"{self._seq} {step}".encode())
-        return f"{self.run}/{self._seq}/{step}"
+        self.store.set(f"{self.run}/at/{self.rank}", f"{self._scope}:{self._seq} {step}".encode())
+        return f"{self.run}/{self._scope}:{self._seq}/{step}"
 
     def _finish(self, prefix: str, written: Iterable[int]) -> None:
         # Every rank counts itself done once it has read all it needs; the
@@ -165,7 +196,10 @@ class Group:
         raw = self.store.try_get(f"{self.run}/at/{rank}")
         if raw is None:
             return None
-        seq, _, step = raw.decode("utf-8", "replace").partition(" ")
+        at, _, step = raw.decode("utf-8", "replace").partition(" ")
+        scope, _, seq = at.rpartition(":")
+        if scope != self._scope:
+            return None  # in another scope: its calls are not this one's to compare
         return int(seq), step
 
     def _collect(self, prefix: str, ranks: Iterable[int], timeout_s: float | None) -> dict[int, bytes]:
@@ -192,9 +226,7 @@ class Group:
             if not pending:
                 break
             fresh = False
-            failed = self.store.try_get(abort_key(self.run))
-            if failed is not None:
-                raise PeerFailed(failed.decode("utf-8", "replace"))
+            self.check_cancelled(f"rank {self.rank} stopped waiting at step {self._step!r}")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PeerTimeout(self._timeout_message(timeout, pending))

@@ -128,6 +128,7 @@ def _supervise(children, server, token: bytes, run: str, grace_s: float, stopped
     codes: dict[int, int] = {}
     failure: int | None = None
     deadline = 0.0
+    lingering: float | None = None
     while True:
         if stopped:
             sig = stopped[0]
@@ -150,11 +151,20 @@ def _supervise(children, server, token: bytes, run: str, grace_s: float, stopped
                 _abort(server, token, run, f"{_describe(rank, code)} (the launcher stopped the run)")
         if len(codes) == len(children):
             return failure or 0
+        if 0 in codes and failure is None and lingering is None:
+            # Rank 0 ran the command and told the others to stop; one that
+            # lingers past the grace period is stopped.
+            lingering = time.monotonic() + grace_s
         if failure is not None and time.monotonic() >= deadline:
             left = len(children) - len(codes)
             print(f"purlin: stopping {left} rank(s) still running {grace_s:g} s after the failure", file=sys.stderr, flush=True)
             _stop(children, signal.SIGTERM)
             return failure
+        if failure is None and lingering is not None and time.monotonic() >= lingering:
+            left = len(children) - len(codes)
+            print(f"purlin: stopping {left} rank(s) still running {grace_s:g} s after rank 0 finished", file=sys.stderr, flush=True)
+            _stop(children, signal.SIGTERM)
+            return 1
         time.sleep(POLL_S)
 
 

@@ -140,6 +140,10 @@ class Segment:
         try:
             os.fchmod(fd, 0o600)
             os.ftruncate(fd, nbytes)
+            if nbytes and hasattr(os, "posix_fallocate"):
+                # ftruncate alone is sparse: a full /dev/shm would then kill
+                # the first rank that touches a page (SIGBUS), not say so here.
+                os.posix_fallocate(fd, 0, nbytes)
             return cls(path, mmap.mmap(fd, nbytes))
         except OSError as exc:
             os.unlink(path)

@@ -276,6 +276,11 @@ class Store:
                 raise StoreUnreachable(f"the run's store at {self._where} did not answer within {self.timeout_s + wait_s:g} s") from None
             except OSError:
                 payload = None
+            except BaseException:
+                # Interrupted (Ctrl-C) between request and reply: the reply
+                # would be read by the next request. Drop the connection.
+                self._broken()
+                raise
             if payload is None:
                 # Half a frame leaves the stream unusable: drop it, so every
                 # later call says the same thing instead of reading garbage.

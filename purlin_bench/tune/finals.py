@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 from purlin_bench.config import RunConfig
+from purlin_bench.dist.errors import DistError
 from purlin_bench.errors import PurlinError
 from purlin_bench.tune.sweep import Bucket, format_bytes
 
@@ -93,11 +94,15 @@ def _rounds(bench: SideBySide, bucket: Bucket, candidates: list[RunConfig], roun
             break
         try:
             times = bench.side_by_side(live, bucket)
+        except DistError:
+            raise  # a lost rank ends the run
         except PurlinError:
             times = {}
             for c in live:  # find which one fails; the rest still count this round
                 try:
                     times.update(bench.side_by_side([c], bucket))
+                except DistError:
+                    raise
                 except PurlinError as exc:
                     failed[c] = " ".join(str(exc).split())
         for c, t in times.items():

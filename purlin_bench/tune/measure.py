@@ -18,6 +18,7 @@ from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.check import CheckResult
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.dist.errors import DistError
 from purlin_bench.errors import PurlinError
 from purlin_bench.measurement import MeasurementService
 from purlin_bench.spec.instance import Instance
@@ -86,6 +87,8 @@ class ServiceBench:
         to record, with its reason."""
         try:
             self.check(config, bucket)
+        except DistError:
+            raise  # a lost rank ends the run, not one trial
         except PurlinError:
             pass
 
@@ -128,6 +131,8 @@ class ServiceBench:
             return None
         try:
             compared = self.service.compare(inst, {"default": self.service.default_config(inst)}, self.dtype, baselines=names, policy=BASELINE_POLICY)
+        except DistError:
+            raise  # a lost rank ends the run, not one trial
         except PurlinError:
             return None
         return compared.us(names[0]) if names[0] in compared.times else None

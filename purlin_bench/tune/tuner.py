@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from purlin_bench.config import RunConfig
+from purlin_bench.dist.errors import DistError
 from purlin_bench.errors import PurlinError
 from purlin_bench.tune.space import Space
 from purlin_bench.tune.sweep import Bucket
@@ -323,6 +324,8 @@ class _Objective:
         bucket = self.spec.bucket
         try:
             verdict = self.check(config, bucket)
+        except DistError:
+            raise  # a lost rank ends the run, not one trial
         except PurlinError as exc:
             raise self._rejected(trial, _one_line(exc)) from None
         ok, detail = _verdict(verdict)
@@ -330,6 +333,8 @@ class _Objective:
             raise self._rejected(trial, WRONG_RESULTS + detail)
         try:
             value = float(self.measure(config, bucket))
+        except DistError:
+            raise  # a lost rank ends the run, not one trial
         except PurlinError as exc:
             raise self._rejected(trial, _one_line(exc)) from None
         self.measured += 1

@@ -144,7 +144,10 @@ class CupyBackend(Backend):
         if self.procs is not None:
             # NCCL refuses two ranks on one GPU.
             return () if self.world.shared_gpu else ("nccl",)
-        return ("cupy",) if self.fused else ("nccl",)
+        if not self.fused:
+            return ("nccl",)
+        # The strongest first: the shortest torch code beats the op-per-rank CuPy code.
+        return ("torch", "cupy") if _has_torch() else ("cupy",)
 
     def rank_baseline(self, runner: CupyRunner, inst: Instance, name: str):
         from purlin_bench.backends.cupy.nccl import NcclBaseline
@@ -188,6 +191,12 @@ class CupyBackend(Backend):
 
         with device_errors():
             return time_side_by_side(candidates, self.world.devices[0], policy.iters, policy.warmup, policy.reps, policy.graph, between)
+
+
+def _has_torch() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("torch") is not None
 
 
 class device_errors:

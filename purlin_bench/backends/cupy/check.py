@@ -27,7 +27,8 @@ class DeviceReference:
     def __init__(self, runner, inst: Instance, inputs: Sequence[np.ndarray]):
         import cupy
 
-        self.runner, self.inst = runner, inst
+        self.runner, self.inst, self.inputs = runner, inst, list(inputs)
+        self._torch = None
         program = runner.program
         device = runner.world.devices[0]
         self._cupy: CupyBaseline | None = None
@@ -76,4 +77,40 @@ class DeviceReference:
                 self._nccl = NcclBaseline(self.inst, runner, runner.program.dtype, runner.program.redop)
             nccl = self._nccl
             return Candidate(lambda target, i: nccl(target, i % sets), runner.main_stream())
-        raise PurlinError(f"unknown baseline '{name}' for the cupy backend (known: cupy, nccl)")
+        if name == "torch":
+            return self._torch_candidate()
+        raise PurlinError(f"unknown baseline '{name}' for the cupy backend (known: torch, cupy, nccl)")
+
+    def _torch_candidate(self) -> Candidate:
+        """The shortest torch code for the collective (torch_baseline.py),
+        checked once against the expected outputs before it is timed."""
+        import cupy
+
+        from purlin_bench.backends.cupy.torch_baseline import TorchBaseline
+
+        runner = self.runner
+        if not runner.world.fused:
+            raise PurlinError("the torch baseline runs on virtual ranks (one GPU); with one rank per GPU use nccl")
+        try:
+            import torch
+        except ImportError:
+            raise PurlinError("the torch baseline needs torch (pip install torch)") from None
+        if self._torch is None:
+            device = runner.world.devices[0]
+            baseline = TorchBaseline(self.inst, self.inputs, runner.program.dtype, runner.program.redop, runner.sets, device)
+            baseline.run(0)
+            torch.cuda.synchronize(device)
+            width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[runner.itemsize]
+            wrong = sum(int(np.count_nonzero(np.asarray(got).view(width) != cupy.asnumpy(want).view(width))) for got, want in zip(baseline.outputs(), self.expected))
+            if wrong:
+                raise PurlinError(f"the torch baseline got {wrong} elements wrong ({baseline.describe()}): not timed")
+            self._torch = baseline
+        baseline, streams = self._torch, {}
+
+        def enqueue(target, i: int) -> None:
+            if target.ptr not in streams:
+                streams[target.ptr] = torch.cuda.ExternalStream(target.ptr, device=torch.device("cuda", runner.world.devices[0]))
+            with torch.cuda.stream(streams[target.ptr]):
+                baseline.run(i % runner.sets)
+
+        return Candidate(enqueue, runner.main_stream())

@@ -33,6 +33,8 @@ BUFFERS = ("in", "out", "scratch")
 # Spinning on two CI cores starves the very peer a rank waits for: after a
 # few empty polls a waiter sleeps, up to this long.
 _MAX_NAP_S = 0.001
+# How often a waiting rank asks the store whether the run was stopped.
+_LOOK_S = 0.2
 
 
 class RankRunner:
@@ -128,6 +130,7 @@ class RankRunner:
         lists = self.program.lists[self.rank]
         heads = [0] * len(lists)
         since, naps = time.monotonic(), 0
+        looked = since
         while any(h < len(steps) for h, steps in zip(heads, lists)):
             moved = False
             for c, steps in enumerate(lists):
@@ -138,8 +141,14 @@ class RankRunner:
             if moved:
                 since, naps = time.monotonic(), 0
                 continue
-            if time.monotonic() - since > self.procs.watchdog_s:
-                self._timeout(lists, heads, time.monotonic() - since)
+            now = time.monotonic()
+            if now - looked > _LOOK_S:
+                # A dead peer (the launcher aborts the run) or a peer that
+                # failed this call: stop now, not at the watchdog.
+                looked = now
+                self.procs.group.check_cancelled(f"rank {self.rank} stopped waiting in {self.program.collective}/{self.program.strategy}")
+            if now - since > self.procs.watchdog_s:
+                self._timeout(lists, heads, now - since)
             naps += 1
             time.sleep(0 if naps < 50 else min(_MAX_NAP_S, 1e-5 * naps))
         self.heads = heads
@@ -165,7 +174,9 @@ class RankRunner:
         for c, steps in enumerate(lists):
             if heads[c] < len(steps):
                 step = steps[heads[c]]
-                flag = next(f for f in step.waits if int(self.flags[f.rank][f.index]) < self.epoch)
+                flag = next((f for f in step.waits if int(self.flags[f.rank][f.index]) < self.epoch), None)
+                if flag is None:
+                    return  # its notify came just now: the walk goes on
                 value = int(self.flags[flag.rank][flag.index])
                 raise WatchdogTimeout(
                     f"watchdog: rank {self.rank} channel {c} step {heads[c]} waited {waited:.1f} s on {flag.text()} "
