@@ -135,6 +135,11 @@ step_compiled-bench() {  # issue 16: the compiled kernel timed beside the defaul
     timeout ${COMPILED_BENCH_LIMIT:-150} purlin bench all -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 -d $d --kernel compiled --baseline torch,cupy,default --no-inplace --json "$OUT/compiled-$d.json" 2>&1 | tee "$OUT/compiled-$d.log" | grep -E "^# (Speed|Avg)|rror|^[a-z-]+  \(" | tail -20
   done
 }
+step_procs-short() {  # issue 14 in four minutes: the torch example, a killed rank on the GPU, the compiled kernel beside the interpreter
+  timeout 110 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 2>&1 | tee "$OUT/procs-tp-mlp.log" | tail -8
+  timeout 60 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 55 -rfE tests/test_procs.py -k "killing and cupy" 2>&1 | tee "$OUT/procs-kill.log" | tail -5
+  timeout 60 purlin bench all-reduce -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 --kernel compiled --baseline torch,cupy,default --no-inplace 2>&1 | tee "$OUT/compiled-all-reduce.log" | tail -16
+}
 step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench against NCCL, tune, bench the plans
   timeout 240 purlin check all --backend cupy --gpus all --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/mgpu-check.log" | tail -5
   timeout 300 purlin bench all --gpus all -b 8 -e 1G -f 2 --baseline nccl -c 1 --json "$OUT/mgpu-bench.json" --plot "$OUT/mgpu-bench.png" 2>&1 | tee "$OUT/mgpu-bench.log" | grep -E "^#"
