@@ -516,3 +516,43 @@ def test_torchrun_rank_0_serves_the_store_and_its_group_closes_it(monkeypatch):
     group.close()
     with pytest.raises(StoreUnreachable):
         Store(*server.address, b"any", timeout_s=2)
+
+
+def test_a_cancelled_scope_stops_waits_in_it_and_the_next_scope_lines_up_again():
+    """A rank that fails a command's work (before the barrier the others are
+    in) cancels the scope: they stop at once with Cancelled, not at the
+    timeout; the next scope's calls are numbered afresh on every rank, so the
+    call the failed rank skipped does not shift them."""
+    import threading
+
+    from purlin_bench.dist import Cancelled
+
+    tok = b"s" * 32
+    with StoreServer(tok) as server:
+        groups = [Group(Store(*server.address, tok), r, 3, "scoped", timeout_s=20) for r in range(3)]
+        seen: dict[int, BaseException | None] = {}
+
+        def rank(r: int) -> None:
+            g = groups[r]
+            g.scope("c1", cancel="scoped/fail/1")
+            try:
+                if r == 2:
+                    g.cancel("rank 2: out of memory")  # fails before its barrier
+                    raise Cancelled("mine")
+                g.barrier("created")
+                seen[r] = None
+            except BaseException as exc:  # noqa: BLE001 - recorded for the asserts
+                seen[r] = exc
+            g.scope("c2", cancel="scoped/fail/2")
+            g.barrier("next")
+
+        start = time.monotonic()
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(3)]
+        [t.start() for t in threads]
+        [t.join(30) for t in threads]
+        assert time.monotonic() - start < 5
+        assert all(isinstance(seen[r], Cancelled) for r in (0, 1)), seen
+        assert "rank 2: out of memory" in str(seen[0]) and "'created'" in str(seen[0])
+        for g in groups:
+            assert g.cancelled() is None  # scope c2 is not cancelled
+            g.close()
