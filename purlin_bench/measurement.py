@@ -94,6 +94,9 @@ class MeasurementService:
     def __init__(self, backend: Backend):
         self.backend = backend
         self._prepared: OrderedDict[tuple, Prepared] = OrderedDict()
+        # Seconds the prepared runners spent building device code (shown by
+        # bench: a compiled datapath's first run on a machine pays for it).
+        self.build_s = 0.0
 
     @property
     def ranks(self) -> int:
@@ -169,6 +172,7 @@ class MeasurementService:
                 runner.close()  # a trial that fails (a watchdog, a deadlock) leaves nothing held
                 raise
         self._prepared[key] = prepared = Prepared(inst, config, program, runner, reference, nwrong)
+        self.build_s += getattr(runner, "build_s", 0.0)
         return prepared
 
     def _make_room(self, program: Program, inst: Instance) -> None:

@@ -96,4 +96,4 @@ def test_graph_replays_and_compile_time_are_recorded():
     assert result.nwrong == {"interpreted": 0, "compiled": 0}
     assert all(t.median_us > 0 for t in result.times.values())
     prepared = service.prepare(inst, configs["compiled"], "float32", "sum")
-    assert prepared.runner.compile_s >= 0.0
+    assert prepared.runner.build_s >= 0.0

@@ -59,6 +59,9 @@ class Runner(Protocol):
 
     program: Program
     sets: int
+    # Seconds spent building device code for this runner (a compiled
+    # datapath's NVRTC build; 0 where nothing is built or it was cached).
+    build_s: float
 
     def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
         """Write per-rank inputs into buffer set ``slot``."""

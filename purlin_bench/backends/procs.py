@@ -189,7 +189,8 @@ class Driver(Backend):
     part_class: type[Backend]
 
     def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, procs: Procs | None = None):
-        assert procs is not None
+        if procs is None:
+            raise PurlinError("a Driver is rank 0 of a run: make it with procs.drive()")
         Backend.__init__(self, procs.size, None, seed, procs)
         self.part = self.part_class(procs.size, None, seed, procs=procs)
         self.candidates: dict[Any, Any] = {}  # key -> this rank's candidate
@@ -231,7 +232,7 @@ class Driver(Backend):
             _answers(self.procs, what)
         except DistError as exc:
             raise type(exc)(f"{exc}; rank 0 meanwhile: {failure}") from None
-        except ExecutionError as exc:
+        except ExecutionError:
             if isinstance(failure, Cancelled):
                 raise  # rank 0 only stopped because of this rank's failure: say that one
         raise ExecutionError(f"rank 0: {failure}") from None

@@ -165,6 +165,8 @@ def bench(
         say("#")
     for line in summary(records):
         say(line)
+    if service.build_s > 0:
+        say(f"# build: {service.build_s:.1f} s building device code for these programs (once per machine: cached on disk after)")
     failed = any(r.out_of_place.nwrong or (r.in_place and r.in_place.nwrong) for r in records)
     save(complete=True)
     if plot_out:

@@ -198,9 +198,17 @@ def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str) -> str
 
 
 def compiled_kernel(source: str, options: tuple[str, ...], device: int):
-    """``source``'s kernel on ``device`` and the seconds its build took
-    (NVRTC on a machine's first use; after that CuPy's on-disk cache)."""
-    return _build(source, options, device)
+    """``source``'s kernel on ``device`` and the seconds this call spent
+    building it (NVRTC on a machine's first use, CuPy's on-disk cache after;
+    0 when this process built it already)."""
+    key = (source, options, device)
+    first = key not in _built
+    _built.add(key)
+    kernel, seconds = _build(source, options, device)
+    return kernel, seconds if first else 0.0
+
+
+_built: set[tuple] = set()
 
 
 @lru_cache(maxsize=256)

@@ -126,7 +126,7 @@ class CupyRunner:
             raise ExecutionError(f"program has {program.ranks} ranks, the world {world.ranks}")
         self.world, self.program, self.settings = world, program, settings
         self.threads, self.datapath, self.unroll = threads, datapath, unroll
-        self.compiled, self.compile_s = kernel == "compiled", 0.0
+        self.compiled, self.build_s = kernel == "compiled", 0.0
         self.timeout_ns = int(timeout_s * 1e9)
         _, self.dtype = resolve_dtype(program.dtype)
         self.storage = _np_storage(self.dtype)
@@ -178,7 +178,7 @@ class CupyRunner:
         source = generate(low, self.program.ranks, self.blocks, source_text())
         options = compile_options(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, self.world.sys_scope, self.copy_only, self.settings.defines())
         kernel, seconds = compiled_kernel(source, options, device)
-        self.compile_s += seconds
+        self.build_s += seconds
         return kernel
 
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
