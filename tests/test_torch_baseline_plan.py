@@ -50,3 +50,4 @@ def test_every_builtin_takes_the_fewest_kernels_its_layout_allows(name, kernels,
 def test_affine_finds_zero_strides_and_refuses_a_permutation():
     assert affine(np.tile(np.arange(4), 3), (3, 4)) == (0, (0, 1))
     assert affine(np.array([1, 0, 3, 2]), (4,)) is None
+    assert affine(np.array([3, 2, 1, 0]), (4,)) is None  # descending: as_strided has no negative strides

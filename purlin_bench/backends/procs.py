@@ -194,6 +194,7 @@ class Driver(Backend):
         Backend.__init__(self, procs.size, None, seed, procs)
         self.part = self.part_class(procs.size, None, seed, procs=procs)
         self.candidates: dict[Any, Any] = {}  # key -> this rank's candidate
+        self._runners: dict[int, Runner] = {}  # id -> this rank's runner, while open
         self.lost: str | None = None
         self._command(("open", self.part_class.name, seed), "open")
 
@@ -266,6 +267,10 @@ class Driver(Backend):
     def baselines(self) -> tuple[str, ...]:
         return self.part.baselines()
 
+    def candidates_runner(self, rid: int) -> Runner | None:
+        """This rank's runner of prepared id ``rid``, while it is open."""
+        return self._runners.get(rid)
+
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> "DriverRunner":
         _runner_ids[0] += 1
         rid = _runner_ids[0]
@@ -275,6 +280,7 @@ class Driver(Backend):
             if not self.lost:  # the ranks that did prepare it let it go
                 self._command(("close", rid), "close")
             raise
+        self._runners[rid] = local
         return DriverRunner(self, rid, local)
 
     def reference(self, runner: "DriverRunner", inst: Instance, inputs: Sequence[Any]) -> "DriverReference":
@@ -284,7 +290,15 @@ class Driver(Backend):
         ids = [c.key for c in candidates]
         barrier = _turns(self.procs)
         mine = [self.candidates[c.key] for c in candidates]
-        per_rank = self._command(("time", ids, policy), "time", lambda: self.part.time(mine, policy, barrier))
+        try:
+            per_rank = self._command(("time", ids, policy), "time", lambda: self.part.time(mine, policy, barrier))
+        except ExecutionError:
+            # As after a failed call: every rank resets the runners it timed,
+            # so no flag, epoch or abort word of the failed batch is left set.
+            if not self.lost:
+                rids = sorted({key[1] for key in ids})
+                self._command(("reset", *rids), "reset", lambda: [_reset(self.candidates_runner(r)) for r in rids])
+            raise
         # A row's time is the slowest rank's.
         return [max((timings[i] for timings in per_rank), key=lambda t: t.median_us) for i in range(len(ids))]
 
@@ -326,6 +340,7 @@ class DriverRunner:
         if self.local is None:
             return
         local, self.local = self.local, None
+        self.driver._runners.pop(self.rid, None)
         for key in [k for k in self.driver.candidates if k[1] == self.rid]:
             del self.driver.candidates[key]
         self.driver._command(("close", self.rid), "close", local.close)
@@ -432,7 +447,9 @@ def _handle(part: Backend, runners: dict, candidates: dict, procs: Procs, comman
             runners[args[0]].run(args[1])
         return None
     if op == "reset":
-        _reset(runners[args[0]])
+        for rid in args:
+            if rid in runners:
+                _reset(runners[rid])
         return None
     if op == "baseline":
         rid, name, inst = args

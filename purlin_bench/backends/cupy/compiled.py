@@ -203,8 +203,8 @@ def compiled_kernel(source: str, options: tuple[str, ...], device: int):
     0 when this process built it already)."""
     key = (source, options, device)
     first = key not in _built
-    _built.add(key)
     kernel, seconds = _build(source, options, device)
+    _built.add(key)
     return kernel, seconds if first else 0.0
 
 

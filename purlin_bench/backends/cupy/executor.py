@@ -197,8 +197,17 @@ class CupyRunner:
         could wait forever on a block that never gets an SM: refuse it."""
         import cupy
 
-        kernels = [launch.kernel for launch in getattr(self, "launches", ()) if launch.device == device] or [self.kernel(device)]
-        attrs = {"num_regs": max(k.attributes["num_regs"] for k in kernels)}
+        kernels = [launch.kernel for launch in getattr(self, "launches", ()) if launch.device == device]
+        if kernels:
+            regs = max(k.attributes["num_regs"] for k in kernels)
+        elif self.compiled:
+            # Before the compiled kernel exists (its block count is a
+            # constant in it): the most its launch bounds allow, 512
+            # threads' worth of registers an SM (128 a thread at 512).
+            regs = 65536 // (self.threads * max(1, 512 // self.threads))
+        else:
+            regs = self.kernel(device).attributes["num_regs"]
+        attrs = {"num_regs": regs}
         dev = cupy.cuda.Device(device).attributes
         warps = -(-self.threads // 32)
         regs_per_warp = -(-attrs["num_regs"] * 32 // 256) * 256
@@ -377,6 +386,12 @@ class CupyRunner:
                     f"{status[7] / 1e9:.2f} s on r{flag_rank}.flag[{flag_index}] (value {status[5]}, needed {status[6]}) "
                     f"in {self.program.collective}/{self.program.strategy}; its notify never came"
                 )
+        if self.world.local_ranks != tuple(range(self.program.ranks)) and int(cupy.asnumpy(self.abort)[0]):
+            # One process per rank: another rank's watchdog raised the shared
+            # abort word (in rank 0's memory) and this rank's waits left. It
+            # fails too, so every rank resets and rank 0 clears the word.
+            self.reset()
+            raise WatchdogTimeout(f"watchdog: another rank's wait timed out in {self.program.collective}/{self.program.strategy}, and this rank's call was aborted")
 
     def reset(self) -> None:
         """Zero flags, epochs, status and abort after a timeout: the next call starts clean."""

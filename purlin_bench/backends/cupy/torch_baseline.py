@@ -67,6 +67,8 @@ def affine(idx: np.ndarray, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...
         step = [0] * len(shape)
         step[axis] = 1
         strides.append(int(grid[tuple(step)]) - base)
+    if any(st < 0 for st in strides):
+        return None  # torch.as_strided takes no negative strides: the index tensor does it
     expect = base + sum(np.arange(n).reshape([-1 if k == a else 1 for k in range(len(shape))]) * s for a, (n, s) in enumerate(zip(shape, strides)))
     return (base, tuple(strides)) if np.array_equal(grid, expect) else None
 
