@@ -11,12 +11,14 @@ and answer each; nothing of the command line runs there.
 
 * A row's time is the slowest rank's (as nccl-tests reports it); a check
   reads every rank's outputs, so ``#wrong`` counts every rank's elements.
-* Every wait is bounded: a command's answer by ``command_s``, a worker's
-  wait for its next command by ``idle_s``; a rank that dies is a DistError
-  naming it and the step (and our launcher stops the rest, dist/launch.py).
-* After a call fails on any rank (a watchdog, a deadlock), every rank resets
-  that runner's flags before the error is raised, so the next call starts
-  clean on all of them; a lost rank ends the run.
+* Every wait is bounded: a command's answer by ``COMMAND_S``, a worker's
+  wait for its next command by ``IDLE_S``, a flag wait by the watchdog; a
+  rank that dies is a DistError naming it and the step (our launcher aborts
+  the run, dist/launch.py), and a lost rank ends the run.
+* A rank that fails a command cancels that command's scope (Group.scope):
+  every other rank's waits in it stop at once. After a failed call or
+  timing, every rank resets the runners' flags before the error is raised,
+  so the next call starts clean on all of them.
 """
 
 from __future__ import annotations
