@@ -114,8 +114,20 @@ def _connect_torchrun(env: RankEnv, timeout_s: float) -> Group:
     if not tdist.is_initialized():
         # gloo: the exchange is a few bytes on the CPU, and needs no GPU to be set up yet.
         tdist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+    store, server, _ = store_over_torch(tdist, None, env.rank, timeout_s, "the run's store")
+    group = Group(store, env.rank, env.size, env.run, timeout_s=timeout_s)
+    if server is not None:
+        _server = server
+        group.own(server)
+    return group
+
+
+def store_over_torch(tdist, pg, rank: int, timeout_s: float, what: str) -> tuple[Store, StoreServer | None, bytes]:
+    """A store for the ranks of torch group ``pg`` (None: the default group):
+    its rank 0 serves one on loopback with a fresh token and tells the others
+    where over ``pg``. This rank's client, the server (rank 0) and the token."""
     server = None
-    if env.rank == 0:
+    if rank == 0:
         token = secrets.token_bytes(32)
         try:
             server = StoreServer(token, host="127.0.0.1")
@@ -125,20 +137,20 @@ def _connect_torchrun(env: RankEnv, timeout_s: float) -> Group:
             box = [None, None, str(exc)]
     else:
         box = [None, None, None]
-    tdist.broadcast_object_list(box, src=0)
+    if pg is None:
+        tdist.broadcast_object_list(box, src=0)
+    else:
+        tdist.broadcast_object_list(box, src=tdist.get_global_rank(pg, 0), group=pg)
     if box[0] is None:
-        raise DistError(f"rank {env.rank}: rank 0 could not start the run's store: {box[2]}")
+        raise DistError(f"rank {rank}: rank 0 could not start {what}: {box[2]}")
+    token = bytes.fromhex(box[2])
     try:
-        store = Store(box[0], box[1], bytes.fromhex(box[2]), timeout_s=timeout_s)
+        store = Store(box[0], box[1], token, timeout_s=timeout_s)
     except DistError:
         if server is not None:
             server.close()
         raise
-    group = Group(store, env.rank, env.size, env.run, timeout_s=timeout_s)
-    if server is not None:
-        _server = server
-        group.own(server)
-    return group
+    return store, server, token
 
 
-__all__ = ["PURLIN", "RankEnv", "TORCHRUN", "connect", "from_environ"]
+__all__ = ["PURLIN", "RankEnv", "TORCHRUN", "connect", "from_environ", "store_over_torch"]

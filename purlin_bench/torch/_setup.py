@@ -7,7 +7,7 @@ Nothing here imports torch: the caller hands in ``torch.distributed``.
 
 from __future__ import annotations
 
-import secrets
+import hashlib
 import warnings
 from dataclasses import replace
 from typing import Any
@@ -15,8 +15,8 @@ from typing import Any
 from purlin_bench.backends import AUTO_ORDER, backend_class
 from purlin_bench.backends.port import Backend
 from purlin_bench.config import RunConfig
-from purlin_bench.dist import Group, Store, StoreServer
-from purlin_bench.dist.errors import DistError
+from purlin_bench.dist import Group, StoreServer
+from purlin_bench.dist.env import store_over_torch
 from purlin_bench.errors import PurlinError
 from purlin_bench.hardware import procs_layout_slug
 from purlin_bench.measurement import MeasurementService
@@ -30,28 +30,10 @@ def join_group(tdist: Any, pg: Any, rank: int, size: int, timeout_s: float) -> t
     """Our own group over torch's ``pg``, for exchanging IPC handles: rank 0
     of ``pg`` serves a token-guarded store on loopback (the ranks share one
     host, as CUDA IPC needs) and tells the others where, over ``pg``."""
-    server = None
-    if rank == 0:
-        token = secrets.token_bytes(32)
-        try:
-            server = StoreServer(token, host="127.0.0.1")
-            box = [server.address[0], server.address[1], token.hex(), f"torch-{secrets.token_hex(8)}"]
-        except DistError as exc:
-            # Tell the others why, rather than leaving them to time out.
-            box = [None, None, str(exc), None]
-    else:
-        box = [None, None, None, None]
-    src = 0 if pg is None else tdist.get_global_rank(pg, 0)
-    tdist.broadcast_object_list(box, src=src, group=pg)
-    if box[0] is None:
-        raise DistError(f"rank {rank}: rank 0 could not start the communicator's store: {box[2]}")
-    try:
-        store = Store(box[0], box[1], bytes.fromhex(box[2]), timeout_s=timeout_s)
-    except DistError:
-        if server is not None:
-            server.close()
-        raise
-    group = Group(store, rank, size, box[3], timeout_s=timeout_s)
+    store, server, token = store_over_torch(tdist, pg, rank, timeout_s, "the communicator's store")
+    # The run's name, the same on every rank: from the token, one way, so
+    # no key name says anything of the token itself.
+    group = Group(store, rank, size, f"torch-{hashlib.sha256(token).hexdigest()[:16]}", timeout_s=timeout_s)
     if server is not None:
         # The group closes it, after waiting (bounded) for the others to leave.
         group.own(server)
