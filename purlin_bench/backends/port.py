@@ -240,6 +240,17 @@ def check_params(backend: type[Backend], params: dict[str, Any]) -> dict[str, An
     return {p.name: p.check(params.get(p.name, p.default)) for p in backend.params}
 
 
+def check_inputs(program: Program, inputs: Sequence[np.ndarray]) -> None:
+    """Per-rank inputs of ``program``'s shapes, or an ExecutionError naming the first that is not."""
+    from purlin_bench.errors import ExecutionError
+
+    if len(inputs) != program.ranks:
+        raise ExecutionError(f"expected {program.ranks} input arrays, got {len(inputs)}")
+    for r, x in enumerate(inputs):
+        if x.shape != (program.in_counts[r],):
+            raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({program.in_counts[r]},)")
+
+
 def take_turns(batches: Sequence[Any], reps: int, between: Callable[[], None] | None = None) -> list[list[float]]:
     """``reps`` samples of every batch (a callable returning one sample),
     the batches taking turns; sample ``k`` of every candidate is taken

@@ -13,6 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
+from purlin_bench.backends.port import check_inputs
 from purlin_bench.dtypes import accumulate, is_integer, resolve_dtype
 from purlin_bench.errors import ExecutionError
 from purlin_bench.program.model import Consume, FlagRef, Program, Ref, Stage
@@ -55,12 +56,7 @@ class NumpyRunner:
         return self.view(Ref(rank, buf, 0, self.program.buffer_count(rank, buf)))
 
     def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
-        p = self.program
-        if len(inputs) != p.ranks:
-            raise ExecutionError(f"expected {p.ranks} input arrays, got {len(inputs)}")
-        for r, x in enumerate(inputs):
-            if x.shape != (p.in_counts[r],):
-                raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({p.in_counts[r]},)")
+        check_inputs(self.program, inputs)
         self._inputs[slot] = [np.array(x, dtype=self.dtype) for x in inputs]
 
     def run(self, slot: int = 0) -> None:

@@ -24,9 +24,10 @@ from typing import Sequence
 import numpy as np
 
 from purlin_bench.backends.numpy.executor import Call, poison
+from purlin_bench.backends.port import check_inputs
 from purlin_bench.dist.shm import Segment
 from purlin_bench.dtypes import accumulate, resolve_dtype
-from purlin_bench.errors import ExecutionError, WatchdogTimeout
+from purlin_bench.errors import WatchdogTimeout
 from purlin_bench.program.model import Consume, Notify, Program, Ref, Stage
 
 BUFFERS = ("in", "out", "scratch")
@@ -96,12 +97,8 @@ class RankRunner:
 
     # -- the port -------------------------------------------------------------
     def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
-        p = self.program
-        if len(inputs) != p.ranks:
-            raise ExecutionError(f"expected {p.ranks} input arrays, got {len(inputs)}")
+        check_inputs(self.program, inputs)
         for r, x in enumerate(inputs):
-            if x.shape != (p.in_counts[r],):
-                raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({p.in_counts[r]},)")
             self.buffer(r, "in", slot)[...] = x
 
     def outputs(self, slot: int = 0) -> list[np.ndarray]:
