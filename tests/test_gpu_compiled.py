@@ -9,7 +9,7 @@ import pytest
 
 from purlin_bench.spec import load_all_builtin, load_builtin
 from purlin_bench.strategies import STRATEGIES
-from tests.test_gpu_executor import PerRanks, _check
+from tests.test_gpu_executor import PerRanks, _check, assert_watchdog_names_the_starved_wait, ring_without_its_last_notify
 
 pytestmark = pytest.mark.gpu
 COMPILED = {"kernel": "compiled"}
@@ -56,30 +56,8 @@ def test_split_launches_keep_the_call_protocol():
 def test_a_missing_notify_is_a_watchdog_naming_rank_step_and_flag():
     """As the interpreter's test: drop the notify of a ring's last hop; the
     compiled kernel's watchdog names exactly its consumer's rank, step and flag."""
-    import dataclasses
-
-    import numpy as np
-
-    from purlin_bench.backends.port import run_once
-    from purlin_bench.dtypes import random_inputs
-    from purlin_bench.errors import WatchdogTimeout
-    from purlin_bench.planner import plan
-    from purlin_bench.program.model import Notify
-    from purlin_bench.spec import instantiate
-
-    program = plan(instantiate(load_builtin("all-gather"), 4, 10000, 4), "ring", "float32")
-    lists = [[list(steps) for steps in chans] for chans in program.lists]
-    final_waits = {s.waits[0]: (r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if getattr(s, "op", None) == "wait" and len(s.waits) == 1}
-    rank, channel, index = next((r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if isinstance(s, Notify) and s.role == "data" and s.flag in final_waits)
-    dropped = lists[rank][channel].pop(index)
-    waiter = final_waits[dropped.flag]
-    broken = dataclasses.replace(program, lists=tuple(tuple(tuple(s) for s in chans) for chans in lists))
-    runner = PerRanks(timeout_s=0.5).prepare(broken, **COMPILED)
-    with pytest.raises(WatchdogTimeout) as err:
-        run_once(runner, random_inputs(np.random.default_rng(0), broken.in_counts, np.dtype(np.float32), None))
-    message = str(err.value)
-    assert f"rank {waiter[0]} channel {waiter[1]} step {waiter[2]} " in message, message
-    assert dropped.flag.text() in message, message
+    _, _, broken, dropped, waiter = ring_without_its_last_notify()
+    assert_watchdog_names_the_starved_wait(PerRanks(timeout_s=0.5).prepare(broken, **COMPILED), broken, dropped, waiter)
 
 
 def test_graph_replays_and_compile_time_are_recorded():

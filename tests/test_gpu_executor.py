@@ -157,26 +157,36 @@ def test_a_runner_keeps_its_buffers_when_a_later_one_needs_them_larger():
     assert int((bystander != 7).sum()) == 0, "the ring runner wrote into memory it had given back"
 
 
-def test_missing_notify_times_out_and_names_the_wait(executor):
-    """Drop the notify of a ring's last hop: only its consumer starves, so the
-    watchdog must name exactly that rank, step and flag, and leave the process
-    able to run the next collective."""
-    spec = load_builtin("all-gather")
-    inst = instantiate(spec, 4, 10000, 4)
+def ring_without_its_last_notify():
+    """A 4-rank ring all-gather with the notify of its last hop dropped: only
+    that hop's consumer starves. The good program, the broken one, the
+    dropped notify, and (rank, channel, step) of the wait that starves."""
+    inst = instantiate(load_builtin("all-gather"), 4, 10000, 4)
     program = plan(inst, "ring", "float32")
     lists = [[list(steps) for steps in chans] for chans in program.lists]
     final_waits = {s.waits[0]: (r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if getattr(s, "op", None) == "wait" and len(s.waits) == 1}
     rank, channel, index = next((r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if isinstance(s, Notify) and s.role == "data" and s.flag in final_waits)
     dropped = lists[rank][channel].pop(index)
-    waiter = final_waits[dropped.flag]
     broken = dataclasses.replace(program, lists=tuple(tuple(tuple(s) for s in chans) for chans in lists))
-    short = PerRanks(timeout_s=0.5)
-    runner = short.prepare(broken)
+    return inst, program, broken, dropped, final_waits[dropped.flag]
+
+
+def assert_watchdog_names_the_starved_wait(runner, broken, dropped, waiter) -> None:
     with pytest.raises(WatchdogTimeout) as err:
         run_once(runner, random_inputs(np.random.default_rng(0), broken.in_counts, np.dtype(np.float32), None))
     message = str(err.value)
     assert f"rank {waiter[0]} channel {waiter[1]} step {waiter[2]} " in message, message
     assert dropped.flag.text() in message, message
+
+
+def test_missing_notify_times_out_and_names_the_wait(executor):
+    """Drop the notify of a ring's last hop: only its consumer starves, so the
+    watchdog must name exactly that rank, step and flag, and leave the process
+    able to run the next collective."""
+    spec = load_builtin("all-gather")
+    inst, program, broken, dropped, waiter = ring_without_its_last_notify()
+    short = PerRanks(timeout_s=0.5)
+    assert_watchdog_names_the_starved_wait(short.prepare(broken), broken, dropped, waiter)
     # The same executor runs a correct program right after, and so does the runner once reset.
     good = short.prepare(program)
     assert check_program(inst, program, good).wrong == 0
