@@ -18,6 +18,14 @@ fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
   || { echo "editable install failed (see install.log); using PYTHONPATH"; export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}; }
 purlin() { python3 -m purlin_bench.cli.main "$@"; }
+# A fresh machine compiles every kernel variant (about a second each) before its
+# first timing; carrying the last call's CuPy cache back in (.kcache, packed by
+# step pack as kcache.tgz) skips that. CuPy keys entries by source, options,
+# architecture and toolkit, so a stale or foreign entry is only a miss.
+if [ -d .kcache ]; then
+  mkdir -p /tmp/kcache && cp -r .kcache/. /tmp/kcache/ 2>/dev/null
+  export CUPY_CACHE_DIR=/tmp/kcache
+fi
 
 step_env() {
   { nvidia-smi; nvcc --version | tail -1; python3 -c 'import cupy, numpy; print("cupy", cupy.__version__, "numpy", numpy.__version__); print(cupy.cuda.runtime.getDeviceProperties(0)["name"])'; } 2>&1 | tee "$OUT/env.txt"
@@ -149,7 +157,9 @@ step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench 
 step_pack() {  # at most 8 files come back: one archive of everything (PACK_TO: write it there, keep $OUT)
   local to=${PACK_TO:-$OUT}
   tar czf "$to/results.tgz.part" results "$OUT" /tmp/exhaustive /tmp/tpe* 2>/dev/null; mv "$to/results.tgz.part" "$to/results.tgz"
-  [ -n "${PACK_TO:-}" ] || find "$OUT" -type f ! -name results.tgz ! -name '*.png' -delete
+  local cache=${CUPY_CACHE_DIR:-$HOME/.cupy/kernel_cache}
+  [ -d "$cache" ] && tar czf "$to/kcache.tgz" -C "$cache" . 2>/dev/null
+  [ -n "${PACK_TO:-}" ] || find "$OUT" -type f ! -name results.tgz ! -name kcache.tgz ! -name '*.png' -delete
 }
 for s in "${@:-env tests}"; do
   echo "=== $s"
