@@ -94,6 +94,19 @@ SETS = {
         "all-gather:float32:64K,1M:push:unroll=4", "all-to-all:float32:64K,1M:push:channels=8,unroll=4",
         "reduce-scatter:float32:64K,1M:direct",
     ],
+    # The compiled datapath at the defaults' strategies (copies at unroll 4, as
+    # CupyBackend.default_config gives them), at 512 and at 128 threads a
+    # block (kernel_ab.py's now vs compiled-dynamic: static slices or not).
+    "compiled-small": [
+        f"{c}:{d}:8,4K,64K,1M:{st}:{x}kernel=compiled{t}"
+        for c, st, x in (
+            ("all-reduce", "two-shot", ""), ("reduce-scatter", "direct", ""), ("reduce", "two-shot", ""),
+            ("all-gather", "push", "unroll=4,"), ("all-to-all", "push", "unroll=4,"), ("broadcast", "two-shot", "unroll=4,"),
+            ("gather", "push", "unroll=4,"), ("scatter", "direct", "unroll=4,"),
+        )
+        for d in ("float32", "bfloat16") if d == "float32" or c == "all-reduce"
+        for t in ("", ",threads=128")
+    ],
     # The load qualifier, on one copy and two reductions (run with --ld-hint).
     "hint": [f"all-to-all:float32:{BIG}:push", f"all-reduce:float32:{BIG}:two-shot", f"reduce-scatter:float32:{BIG}:direct"],
 }

@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs compiled multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs compiled compiled-tests compiled-bench compiled-ab compiled-large procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -141,6 +141,14 @@ step_compiled-tests() {  # issue 16: the compiled datapath on the GPU, checked l
 step_compiled-bench() {  # issue 16: the compiled kernel timed beside the default (interpreted), torch and CuPy
   for d in float32 bfloat16; do  # the compiled kernel beside the default (interpreted) and CuPy, in one process
     timeout ${COMPILED_BENCH_LIMIT:-150} purlin bench all -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 -d $d --kernel compiled --baseline torch,cupy,default --no-inplace --json "$OUT/compiled-$d.json" 2>&1 | tee "$OUT/compiled-$d.log" | grep -E "^# (Speed|Avg)|rror|^[a-z-]+  \(" | tail -20
+  done
+}
+step_compiled-ab() {  # issue 16: the compiled kernel with static slices or per-op ones, 512 or 128 threads, side by side
+  timeout ${COMPILED_AB_LIMIT:-240} python3 scripts/kernel_ab.py --set compiled-small --variant now --variant compiled-dynamic --reps 7 --json "$OUT/compiled-ab.json" 2>&1 | tee "$OUT/compiled-ab.log"
+}
+step_compiled-large() {  # issue 16: 16 B .. 1 GiB, the compiled kernel beside the interpreter and torch (the geometric mean, the 0.95x floor)
+  for d in ${DTYPES:-float32}; do
+    timeout ${COMPILED_LARGE_LIMIT:-200} purlin bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --kernel compiled --baseline torch,default --no-inplace --json "$OUT/compiled-large-$d.json" 2>&1 | tee "$OUT/compiled-large-$d.log" | grep -E "^# (Speed|Avg|build)|rror|^[a-z-]+  \(" | tail -30
   done
 }
 step_procs-short() {  # issue 14 in four minutes: the torch example, a killed rank on the GPU, the compiled kernel beside the interpreter

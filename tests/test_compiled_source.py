@@ -12,7 +12,7 @@ import pytest
 
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.atoms import DTYPE_CODES
-from purlin_bench.backends.cupy.compiled import MAX_OPS, generate
+from purlin_bench.backends.cupy.compiled import MAX_OPS, BaseLayout, generate
 from purlin_bench.backends.cupy.lower import flag_id, lower
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PlanError
@@ -52,7 +52,9 @@ def test_every_op_becomes_straight_line_code_with_constant_offsets(collective, s
     moving = [op for op in low.ops if op["op"]]
     assert body.count("move_op<") == len(moving)
     for op in moving:
-        assert f"{int(op['count'])}ll, {int(op['nsrc'])}, {int(op['ndst'])}, s_src[" in body
+        # static slices: the pointers are constants off the bases, not shared state
+        assert f"{int(op['count'])}ll, {int(op['nsrc'])}, {int(op['ndst'])}, src, dst, " in body
+    assert "s_src" not in body and "purlin_slices<" not in body
     # every wait and notify names its flag as a parameter plus a constant index
     waits = sum(int(op["nwait"]) for op in low.ops)
     assert len(re.findall(r"purlin_wait<\d+>", body)) == sum(1 for op in low.ops if op["nwait"])
@@ -60,6 +62,17 @@ def test_every_op_becomes_straight_line_code_with_constant_offsets(collective, s
     assert body.count("red_release(") == sum(int(op["nnotify"]) for op in low.ops)
     # nothing is read from an op record: no table, no pointer chasing
     assert "ops[" not in body and "Op*" not in body
+
+
+def test_per_op_slices_without_a_layout_are_thread_0s_as_in_the_interpreter():
+    program = program_of("all-reduce", "two-shot", 8, "bfloat16")
+    low = lower(program, list(range(8)), True, "sm", flag_id)
+    body = generate(low, 8, 2, source_text()).split('extern "C" __global__', 1)[1]
+    moving = sum(1 for op in low.ops if op["op"])
+    assert body.count("purlin_slices<") == moving
+    assert sum(1 for line in body.splitlines() if "move_op<" in line and "s_src[" in line) == moving
+    # a barrier before every op and before every notify
+    assert body.count("__syncthreads()") == len(low.ops) + sum(1 for op in low.ops if op["nnotify"])
 
 
 def test_the_same_program_generates_the_same_source_and_another_program_another():
@@ -98,3 +111,89 @@ def test_nvcc_builds_the_sample_without_warnings_or_spills(arch, tmp_path):
         assert done.returncode == 0, f"nvcc failed for {where}:\n{log[-3000:]}"
         spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
         assert spills and max(spills) == 0, f"register spills for {where}:\n{log[-2000:]}"
+
+
+def _thread_of(aligned: bool, head: int, count: int, vec: int, stride: int, e: int) -> int:
+    """Which thread of a group move_op (atoms/snac.cu) gives element ``e`` of
+    an op: vectors v go to thread v % stride, the scalar edges (the head,
+    then the tail) are numbered on after and dealt the same way."""
+    if not aligned:
+        return e % stride
+    nvec = (count - head) // vec
+    tail = head + nvec * vec
+    if head <= e < tail:
+        return (e - head) // vec % stride
+    return (e if e < head else head + (e - tail)) % stride
+
+
+def _elements(layout: BaseLayout, op):
+    """{(buffer, element): (wrote, index in the slice)} of one op."""
+    out = {}
+    count = int(op["count"])
+    for packed, wrote in [(p, False) for p in op["src"][: int(op["nsrc"])]] + [(p, True) for p in op["dst"][: int(op["ndst"])]]:
+        key, lo, _ = layout.span(packed, count)
+        for i in range(count):
+            was = out.get((key, lo + i), (False, i))
+            out[(key, lo + i)] = (was[0] or wrote, i)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("collective", "strategy", "ranks", "dtype", "inplace"),
+    # all-to-all has no in-place form (its input and output do not nest)
+    [(*case, inplace) for case in sample() for inplace in (False, True) if not (inplace and case[0] == "all-to-all")],
+)
+def test_where_a_barrier_is_left_out_no_element_changes_thread(collective, strategy, ranks, dtype, inplace):
+    """The static path drops the per-op barrier unless it orders something.
+    Read from the generated code: between two ops with no barrier between
+    them, every element both touch, one writing, is moved by the same thread
+    in both (so program order is enough); checked with move_op's
+    element-to-thread map, not with the generator's own rule."""
+    itemsize = resolve_dtype(dtype)[1].itemsize
+    for count in (1, 1001, 4099):
+        program = program_of(collective, strategy, ranks, dtype, count=count, inplace=inplace)
+        low = lower(program, list(range(ranks)), True, "sm", flag_id)
+        layout = BaseLayout.of(program, itemsize)
+        for blocks, threads in ((1, 128), (3, 512)):
+            stride = blocks * threads
+            body = generate(low, ranks, blocks, source_text(), layout).split("switch (blockIdx.x / B) {", 1)[1]
+            cases = body.split("  case ")[1:]
+            assert len(cases) == len(low.groups)
+            for (begin, end, _, _), case in zip(low.groups.tolist(), cases):
+                moving = iter(k for k in range(begin, end) if low.ops[k]["op"])
+                since: list[int] = []
+                for line in case.splitlines():
+                    if "__syncthreads()" in line:
+                        since = []
+                    elif "move_op<" in line:
+                        k = next(moving)
+                        op = low.ops[k]
+                        split = layout.split(op)
+                        mine = _elements(layout, op)
+                        for j in since:
+                            prev = low.ops[j]
+                            psplit = layout.split(prev)
+                            for where, (wrote, i) in _elements(layout, prev).items():
+                                if where not in mine or not (wrote or mine[where][0]):
+                                    continue
+                                a = _thread_of(*psplit, int(prev["count"]), 16 // itemsize, stride, i)
+                                b = _thread_of(*split, int(op["count"]), 16 // itemsize, stride, mine[where][1])
+                                assert a == b, f"{collective}/{strategy} R={ranks} count={count}: ops {j} and {k} share {where} on threads {a} and {b} with no barrier"
+                        since.append(k)
+
+
+def test_the_layout_knows_in_place_aliasing_and_each_base_alignment():
+    program = program_of("all-gather", "direct", 3, "float32", count=1001, inplace=True)
+    layout = BaseLayout.of(program, 4)
+    # rank 1's input is its output's second chunk: 1001 floats in, 4004 bytes, 4 past a boundary
+    assert layout.where[3 * 1 + 0] == (1, "out", 1001)
+    assert layout.misalignment(3 * 1 + 0) == 4004 % 16 and layout.misalignment(3 * 1 + 1) == 0
+
+
+def test_ops_that_share_no_element_pass_no_barrier_between_them():
+    # all-to-all two-shot: per group, copies of disjoint chunks, no flag left in a fused launch
+    program = program_of("all-to-all", "two-shot", 8, "float32")
+    low = lower(program, list(range(8)), True, "sm", flag_id)
+    body = CupyBackend(8).source(program, kernel="compiled").split('extern "C" __global__', 1)[1]
+    assert len(low.ops) > 100 and not (low.ops["nwait"].any() or low.ops["nnotify"].any())
+    assert body.count("__syncthreads()") == 0

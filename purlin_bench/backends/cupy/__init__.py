@@ -15,6 +15,7 @@ import numpy as np
 from purlin_bench.backends.cupy.executor import DEFAULT_TIMEOUT_S, PARAMS, CupyRunner, KernelSettings
 from purlin_bench.backends.port import Backend, TimingPolicy, check_params
 from purlin_bench.config import RunConfig
+from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import ExecutionError, PurlinError
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.program.model import Program
@@ -168,17 +169,19 @@ class CupyBackend(Backend):
         (one fused launch), ``blocks`` as given or sized from the data (no
         device to cap it by), and the build options it compiles with."""
         from purlin_bench.backends.cupy.atoms import compile_options, source_text
-        from purlin_bench.backends.cupy.compiled import generate
+        from purlin_bench.backends.cupy.compiled import BaseLayout, generate
         from purlin_bench.backends.cupy.executor import MAX_BLOCKS, copies_only
         from purlin_bench.backends.cupy.lower import flag_id, lower
 
         checked = check_params(type(self), params)
         low = lower(program, list(range(program.ranks)), True, checked["datapath"], flag_id)
+        itemsize = resolve_dtype(program.dtype)[1].itemsize
         work = (low.ops["count"] * (low.ops["nsrc"] + low.ops["ndst"])).max() if len(low.ops) else 0
-        auto = int(min(MAX_BLOCKS, max(1, -(-int(work) * np.dtype(program.dtype if program.dtype != "bfloat16" else "uint16").itemsize // self.settings.auto_block_bytes))))
+        auto = int(min(MAX_BLOCKS, max(1, -(-int(work) * itemsize // self.settings.auto_block_bytes))))
         blocks = min(checked["blocks"], auto) if checked["blocks"] else auto
         options = compile_options(program.dtype, program.redop or "sum", checked["unroll"], checked["threads"], False, self.settings.copy_only_build and copies_only([low]), self.settings.defines())
-        return f"// nvrtc {' '.join(options)}\n" + generate(low, program.ranks, blocks, source_text())
+        layout = BaseLayout.of(program, itemsize) if self.settings.static_slices else None
+        return f"// nvrtc {' '.join(options)}\n" + generate(low, program.ranks, blocks, source_text(), layout)
 
     def reference(self, runner: CupyRunner, inst: Instance, inputs: Sequence[np.ndarray]):
         from purlin_bench.backends.cupy.check import DeviceReference

@@ -19,11 +19,13 @@ options and the toolkit, so a program compiles once per machine.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
-from purlin_bench.backends.cupy.lower import OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE, Lowered
+from purlin_bench.backends.cupy.lower import BUFFER_INDEX, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE, Lowered
 from purlin_bench.errors import PlanError
+from purlin_bench.program.model import Program, Ref
 
 KERNEL = "purlin_compiled"
 # Ops one compiled launch may hold: NVRTC takes about a millisecond per op,
@@ -100,6 +102,51 @@ __device__ __forceinline__ void purlin_slices(char* const (&src)[NS], char* cons
 """
 
 
+# Every buffer a slice base points into starts on this many bytes (CuPy's
+# pool and cudaMalloc give 256 or more); CupyRunner checks it of each base.
+BASE_ALIGN = 16
+
+
+@dataclass(frozen=True)
+class BaseLayout:
+    """Where each of a launch's 3R slice bases lies, known before any
+    buffer exists: its physical buffer and element offset there (in place,
+    an output base points into its input). From it the generator knows
+    every slice's address modulo 16 bytes, so an op's vector split is a
+    constant, and which slices overlap, so it knows where a barrier between
+    two ops orders something."""
+
+    where: tuple[tuple[int, str, int], ...]  # per base index: (rank, physical buffer, element offset)
+    itemsize: int
+
+    @classmethod
+    def of(cls, program: Program, itemsize: int) -> "BaseLayout":
+        where = [None] * (3 * program.ranks)
+        for rank in range(program.ranks):
+            for buf, k in BUFFER_INDEX.items():
+                where[3 * rank + k] = program.physical(Ref(rank, buf, 0, 0))
+        return cls(tuple(where), itemsize)
+
+    def misalignment(self, index: int) -> int:
+        """Bytes past a 16-byte boundary at base ``index``."""
+        return self.where[index][2] * self.itemsize % BASE_ALIGN
+
+    def span(self, packed: int, count: int) -> tuple[tuple[int, str], int, int]:
+        """The buffer and element range [lo, hi) a packed slice covers."""
+        index, offset = _base(int(packed))
+        rank, buf, at = self.where[index]
+        return (rank, buf), at + offset, at + offset + count
+
+    def split(self, op) -> tuple[bool, int]:
+        """The interpreter's vector rule, decided here: (aligned, head)."""
+        nsrc, ndst, count = int(op["nsrc"]), int(op["ndst"]), int(op["count"])
+        mis = {(self.misalignment(_base(int(p))[0]) + _base(int(p))[1] * self.itemsize) % 16 for p in [*op["src"][:nsrc], *op["dst"][:ndst]]}
+        if len(mis) != 1 or next(iter(mis)) % self.itemsize:
+            return False, 0
+        head = (16 - next(iter(mis))) % 16 // self.itemsize
+        return True, min(head, count)
+
+
 def primitives(snac_source: str) -> str:
     """snac.cu up to its interpreter kernel: types, loads, flags, data movement."""
     if _KERNEL_MARK not in snac_source:
@@ -123,15 +170,37 @@ def _flags(ids: Sequence[int]) -> str:
     return ", ".join(f"f{int(i) >> 20} + {int(i) & 0xFFFFF}" for i in ids)
 
 
+def _wait_code(op, h: int, rank: int, channel: int) -> str:
+    ids = [int(x) for x in op["wait_id"][: int(op["nwait"])]]
+    return (
+        f"u64* const w[{len(ids)}] = {{{_flags(ids)}}}; const int id[{len(ids)}] = {{{', '.join(map(str, ids))}}};"
+        f" s_abort[{h}] = purlin_wait<{len(ids)}>(w, id, target, timeout_ns, abort_flag, status, {rank}, {channel}, {int(op['step'])});"
+    )
+
+
+def _notify_code(op) -> list[str]:
+    ids = [int(x) for x in op["notify"][: int(op["nnotify"])]]
+    if not ids:
+        return []
+    return [
+        "    __syncthreads();  // the whole block's writes happen before the release",
+        f"    if (threadIdx.x == 0) {{ fence_release(); {' '.join(f'red_release({_flags([i])});' for i in ids)} }}",
+    ]
+
+
+def _what(op) -> str:
+    kind, count = int(op["op"]), int(op["count"])
+    return {OP_NONE: "flags only", OP_COPY: f"copy {count} elements", OP_REDUCE: f"reduce {count} elements"}[kind]
+
+
 def _op_code(op, k: int, rank: int, channel: int) -> list[str]:
     """One op as the interpreter runs it, less the reads of its record:
     thread 0 sets up the slices and waits, one barrier, every thread moves
     its elements, a barrier before thread 0 notifies."""
     kind, count = int(op["op"]), int(op["count"])
-    what = {OP_NONE: "flags only", OP_COPY: f"copy {count} elements", OP_REDUCE: f"reduce {count} elements"}[kind]
-    nwait, nsrc, ndst, nnot = int(op["nwait"]), int(op["nsrc"]), int(op["ndst"]), int(op["nnotify"])
+    nwait, nsrc, ndst = int(op["nwait"]), int(op["nsrc"]), int(op["ndst"])
     h = k & 1  # shared state by op parity, as the interpreter's (see snac.cu)
-    lines = [f"    // step {int(op['step'])}: {what}"]
+    lines = [f"    // step {int(op['step'])}: {_what(op)}"]
     first = []
     if kind != OP_NONE:
         first.append(
@@ -139,11 +208,7 @@ def _op_code(op, k: int, rank: int, channel: int) -> list[str]:
             f" purlin_slices<{nsrc}, {ndst}>(src, dst, {count}ll, s_src[{h}], s_dst[{h}], s_meta[{h}]);"
         )
     if nwait:
-        ids = [int(x) for x in op["wait_id"][:nwait]]
-        first.append(
-            f"u64* const w[{nwait}] = {{{_flags(ids)}}}; const int id[{nwait}] = {{{', '.join(map(str, ids))}}};"
-            f" s_abort[{h}] = purlin_wait<{nwait}>(w, id, target, timeout_ns, abort_flag, status, {rank}, {channel}, {int(op['step'])});"
-        )
+        first.append(_wait_code(op, h, rank, channel))
     if first:
         lines.append(f"    if (threadIdx.x == 0) {{ {' '.join(first)} }}")
     # A barrier at every op, as the interpreter passes one: the blocks of a
@@ -153,46 +218,117 @@ def _op_code(op, k: int, rank: int, channel: int) -> list[str]:
         lines.append(f"    if (s_abort[{h}]) return;")
     if kind != OP_NONE:
         lines.append(f"    move_op<PURLIN_UNROLL>({_KIND[kind]}, {count}ll, {nsrc}, {ndst}, s_src[{h}], s_dst[{h}], s_meta[{h}][0], s_meta[{h}][1], tid, stride);")
-    if nnot:
-        ids = [int(x) for x in op["notify"][:nnot]]
-        lines.append("    __syncthreads();  // the whole block's writes happen before the release")
-        lines.append(f"    if (threadIdx.x == 0) {{ fence_release(); {' '.join(f'red_release({_flags([i])});' for i in ids)} }}")
+    return lines + _notify_code(op)
+
+
+def _accesses(op, layout: BaseLayout):
+    """(span, written) of every slice the op touches."""
+    count = int(op["count"])
+    srcs = [(layout.span(p, count), False) for p in op["src"][: int(op["nsrc"])]]
+    return srcs + [(layout.span(p, count), True) for p in op["dst"][: int(op["ndst"])]]
+
+
+def _ordered_without_barrier(before, op, layout: BaseLayout) -> bool:
+    """True when ``op`` may follow ``before`` (moved since the last barrier)
+    with no barrier: every slice they share, one of them writing, is the
+    same slice split the same way, so each element is read and written by
+    one thread, which sees its own writes in program order."""
+    split = layout.split(op)
+    for prev in before:
+        same_split = layout.split(prev) == split and int(prev["count"]) == int(op["count"])
+        for (key, lo, hi), wrote in _accesses(prev, layout):
+            for (key2, lo2, hi2), writes in _accesses(op, layout):
+                if key != key2 or hi <= lo2 or hi2 <= lo or not (wrote or writes):
+                    continue
+                if not (same_split and (lo, hi) == (lo2, hi2)):
+                    return False
+    return True
+
+
+def _group_code_static(ops, begin: int, end: int, rank: int, channel: int, layout: BaseLayout) -> list[str]:
+    """A group's ops with every slice address and vector split a constant:
+    no per-op setup by thread 0, no pointers through shared memory, and a
+    barrier only where one orders something (after a wait, before a
+    notify, between ops that hand elements from thread to thread)."""
+    lines: list[str] = []
+    moved: list = []  # ops since the last barrier
+    for k in range(begin, end):
+        op = ops[k]
+        kind, count = int(op["op"]), int(op["count"])
+        nwait, nsrc, ndst = int(op["nwait"]), int(op["nsrc"]), int(op["ndst"])
+        h = k & 1  # s_abort by op parity: thread 0 may set op k+1's while a slower thread reads op k's
+        lines.append(f"    // step {int(op['step'])}: {_what(op)}")
+        if nwait:
+            lines.append(f"    if (threadIdx.x == 0) {{ {_wait_code(op, h, rank, channel)} }}")
+            lines.append("    __syncthreads();")
+            lines.append(f"    if (s_abort[{h}]) return;")
+            moved = []
+        elif kind != OP_NONE and not _ordered_without_barrier(moved, op, layout):
+            lines.append("    __syncthreads();  // this op reads or writes elements another thread moved")
+            moved = []
+        if kind != OP_NONE:
+            aligned, head = layout.split(op)
+            lines.append(
+                f"    {{ char* const src[{nsrc}] = {{{_slices(op['src'][:nsrc])}}}; char* const dst[{ndst}] = {{{_slices(op['dst'][:ndst])}}};"
+                f" move_op<PURLIN_UNROLL>({_KIND[kind]}, {count}ll, {nsrc}, {ndst}, src, dst, {str(aligned).lower()}, {head}, tid, stride); }}"
+            )
+            moved.append(op)
+        notify = _notify_code(op)
+        if notify:
+            lines.extend(notify)
+            moved = []
     return lines
 
 
-def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str) -> str:
+def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout: BaseLayout | None = None) -> str:
     """The CUDA C++ of one launch: ``lowered`` must carry flag ids
-    (``lower(..., flag_address=flag_id)``) where the interpreter has addresses."""
+    (``lower(..., flag_address=flag_id)``) where the interpreter has addresses.
+    With ``layout`` (where the slice bases lie) every slice's alignment is
+    a constant and the static path is generated; without it, thread 0 works
+    the alignment out per op, as the interpreter does."""
     if len(lowered.ops) > MAX_OPS:
         raise PlanError(f"the compiled datapath takes at most {MAX_OPS} ops a launch, this program has {len(lowered.ops)}: use kernel=interpreted (or larger slices)")
     # No __restrict__ on the bases: in place, an output base points into its input.
     params = [f"char* b{i}" for i in range(3 * ranks)] + [f"u64* f{r}" for r in range(ranks)]
-    out = [primitives(snac_source), _PROLOGUE, f"// {len(lowered.groups)} groups, {len(lowered.ops)} ops, {blocks} blocks a group"]
+    ops = lowered.ops
+    flagged = bool(len(ops)) and bool((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any())
+    out = [primitives(snac_source), _PROLOGUE, f"// {len(lowered.groups)} groups, {len(ops)} ops, {blocks} blocks a group, {'static' if layout else 'dynamic'} slices"]
     out.append(f'extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOCKS) {KERNEL}(')
     out.append("    " + ", ".join(params) + ",")
     out.append("    u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns) {")
     out.append(f"  const int B = {blocks};")
-    # By op parity, as the interpreter's: thread 0 may set op k+1's word while
-    # a slower thread still reads op k's.
-    out.append("  __shared__ char* s_src[2][MAX_SRC];")
-    out.append("  __shared__ char* s_dst[2][MAX_DST];")
-    out.append("  __shared__ int s_meta[2][2];  // aligned, head")
-    if (lowered.ops["nwait"] > 0).any():
+    if layout is None:
+        # By op parity, as the interpreter's: thread 0 may set op k+1's word while
+        # a slower thread still reads op k's.
+        out.append("  __shared__ char* s_src[2][MAX_SRC];")
+        out.append("  __shared__ char* s_dst[2][MAX_DST];")
+        out.append("  __shared__ int s_meta[2][2];  // aligned, head")
+        out.append("  (void)s_src; (void)s_dst; (void)s_meta;")
+    if len(ops) and (ops["nwait"] > 0).any():
         out.append("  __shared__ int s_abort[2];")
     out.append("  const int bi = blockIdx.x % B;")
-    out.append("  const u64 epoch = epochs[blockIdx.x] + 1;")
-    out.append("  const u64 target = epoch * (u64)B;")
+    if flagged:
+        out.append("  const u64 epoch = epochs[blockIdx.x] + 1;")
+        out.append("  const u64 target = epoch * (u64)B;")
+        out.append("  (void)target;  // a program with notifies but no waits")
+    else:
+        # No flag is waited on or bumped: the epoch word would count nothing.
+        out.append("  (void)epochs;")
     out.append("  const i64 tid = (i64)bi * blockDim.x + threadIdx.x;")
     out.append("  const i64 stride = (i64)B * blockDim.x;")
-    out.append("  (void)target; (void)tid; (void)stride; (void)s_src; (void)s_dst; (void)s_meta;  // a program without waits or data uses some of them only")
+    out.append("  (void)tid; (void)stride;  // a program without data uses neither")
     out.append("  switch (blockIdx.x / B) {")
     for g, (begin, end, rank, channel) in enumerate(lowered.groups.tolist()):
         out.append(f"  case {g}: {{  // rank {rank} channel {channel}")
-        for k in range(begin, end):
-            out.extend(_op_code(lowered.ops[k], k, rank, channel))
+        if layout is None:
+            for k in range(begin, end):
+                out.extend(_op_code(ops[k], k, rank, channel))
+        else:
+            out.extend(_group_code_static(ops, begin, end, rank, channel, layout))
         out.append("  } break;")
     out.append("  }")
-    out.append("  if (threadIdx.x == 0) epochs[blockIdx.x] = epoch;")
+    if flagged:
+        out.append("  if (threadIdx.x == 0) epochs[blockIdx.x] = epoch;")
     out.append("}")
     return "\n".join(out) + "\n"
 

@@ -18,6 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from purlin_bench.backends.cupy.atoms import snac_kernel
+from purlin_bench.backends.cupy.compiled import BASE_ALIGN
 from purlin_bench.backends.cupy.lower import OP_REDUCE, Lowered, buffer_index, flag_id, lower
 from purlin_bench.backends.cupy.timing import Candidate
 from purlin_bench.backends.cupy.world import World
@@ -55,6 +56,9 @@ class KernelSettings:
     short_reduce: bool = True
     shared_bases: bool = True
     short_batch: int | None = None
+    # The compiled datapath's slice addresses and vector splits as constants
+    # (compiled.BaseLayout), rather than worked out by thread 0 per op.
+    static_slices: bool = True
 
     def defines(self) -> tuple[str, ...]:
         """The nvrtc options these settings add to a variant's build."""
@@ -172,10 +176,11 @@ class CupyRunner:
         """The compiled datapath's kernel for the launch of ``ranks``: its
         own lowering carries flag ids, which become parameter offsets."""
         from purlin_bench.backends.cupy.atoms import compile_options, source_text
-        from purlin_bench.backends.cupy.compiled import compiled_kernel, generate
+        from purlin_bench.backends.cupy.compiled import BaseLayout, compiled_kernel, generate
 
         low = lower(self.program, ranks, self.world.fused, self.datapath, flag_id)
-        source = generate(low, self.program.ranks, self.blocks, source_text())
+        layout = BaseLayout.of(self.program, self.itemsize) if self.settings.static_slices else None
+        source = generate(low, self.program.ranks, self.blocks, source_text(), layout)
         options = compile_options(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, self.world.sys_scope, self.copy_only, self.settings.defines())
         kernel, seconds = compiled_kernel(source, options, device)
         self.build_s += seconds
@@ -246,6 +251,9 @@ class CupyRunner:
             # runner's table must not point into freed memory (a bench
             # keeps the default's runner beside the one under test).
             self._held.append(base)
+            if self.compiled and base.data.ptr % BASE_ALIGN:
+                # The compiled kernel's vector splits assume it (compiled.BaseLayout).
+                raise ExecutionError(f"rank {rank}'s {phys} buffer starts at {base.data.ptr:#x}, not on {BASE_ALIGN} bytes: the compiled datapath needs aligned buffers")
             ptrs.append(base.data.ptr + offset * self.itemsize)
         table = np.array(ptrs, dtype=np.uint64)
         out = {}
