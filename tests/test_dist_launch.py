@@ -188,6 +188,23 @@ def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
     assert all(gone(int((tmp_path / f"pid{r}").read_text())) for r in range(2))
 
 
+def test_a_failed_torch_rendezvous_is_one_line_naming_the_rank(monkeypatch):
+    import types
+
+    def refuse(backend, timeout):
+        raise RuntimeError("DistStoreError: timed out after 5s waiting for clients. 1/2 clients joined.\n  more detail\n")
+
+    fake = types.ModuleType("torch.distributed")
+    fake.is_available, fake.is_initialized, fake.init_process_group = (lambda: True), (lambda: False), refuse
+    torch = types.ModuleType("torch")
+    torch.distributed = fake
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", fake)
+    with pytest.raises(DistError) as err:
+        connect(from_environ({"RANK": "1", "WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "job8"}), 5)
+    assert "rank 1" in str(err.value) and "1/2 clients joined" in str(err.value) and "\n" not in str(err.value)
+
+
 def test_torchrun_rank_0_serves_the_store_and_its_group_closes_it(monkeypatch):
     """The torchrun path with a stand-in for torch.distributed (one rank)."""
     import types

@@ -113,7 +113,13 @@ def _connect_torchrun(env: RankEnv, timeout_s: float) -> Group:
         raise DistError("running under torchrun needs torch.distributed, which this torch build lacks")
     if not tdist.is_initialized():
         # gloo: the exchange is a few bytes on the CPU, and needs no GPU to be set up yet.
-        tdist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        try:
+            tdist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+        except (RuntimeError, ValueError, OSError) as exc:
+            # torch's rendezvous errors (DistStoreError, timeouts, a bad
+            # MASTER_ADDR) are multi-line RuntimeErrors: one line of it.
+            first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            raise DistError(f"rank {env.rank}: torch.distributed could not start its gloo group ({first[:300]})") from None
     store, server, _ = store_over_torch(tdist, None, env.rank, timeout_s, "the run's store")
     group = Group(store, env.rank, env.size, env.run, timeout_s=timeout_s)
     if server is not None:
