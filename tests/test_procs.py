@@ -281,6 +281,17 @@ def test_every_flag_has_one_notifier_a_call():
                 assert all(len(s) == 1 for s in notifiers.values()), (spec.name, ranks, name)
 
 
+def test_processors_that_reorder_stores_are_refused_in_one_line():
+    from purlin_bench.backends.numpy.ranks import check_store_order
+    from purlin_bench.errors import ExecutionError
+
+    check_store_order("x86_64")
+    check_store_order("AMD64")
+    for machine in ("aarch64", "arm64", "ppc64le", ""):
+        with pytest.raises(ExecutionError, match="x86's store order.*without --procs"):
+            check_store_order(machine)
+
+
 @pytest.mark.gpu
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("procs", [2, 4])

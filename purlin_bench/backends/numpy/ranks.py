@@ -18,6 +18,7 @@ no atomic read-modify-write.
 
 from __future__ import annotations
 
+import platform
 import time
 from typing import Sequence
 
@@ -27,7 +28,7 @@ from purlin_bench.backends.numpy.executor import Call, poison
 from purlin_bench.backends.port import check_inputs
 from purlin_bench.dist.shm import Segment
 from purlin_bench.dtypes import accumulate, resolve_dtype
-from purlin_bench.errors import WatchdogTimeout
+from purlin_bench.errors import ExecutionError, WatchdogTimeout
 from purlin_bench.program.model import Consume, Notify, Program, Ref, Stage
 
 BUFFERS = ("in", "out", "scratch")
@@ -36,6 +37,15 @@ BUFFERS = ("in", "out", "scratch")
 _MAX_NAP_S = 0.001
 # How often a waiting rank asks the store whether the run was stopped.
 _LOOK_S = 0.2
+# Where plain stores are seen by other cores in program order (see above).
+STORE_ORDERED = ("x86_64", "amd64", "i386", "i686")
+
+
+def check_store_order(machine: str) -> None:
+    """Refuse processors that may reorder stores (Arm, POWER): there a peer
+    could see a flag before the data it releases, and Python has no fence."""
+    if machine.lower() not in STORE_ORDERED:
+        raise ExecutionError(f"the CPU reference with one process per rank needs x86's store order; this is {machine or 'an unknown processor'}: run its ranks in one process (without --procs)")
 
 
 class RankRunner:
@@ -43,6 +53,7 @@ class RankRunner:
     shared with every other process of the run (the port's Runner)."""
 
     def __init__(self, program: Program, procs, sets: int, tag: str):
+        check_store_order(platform.machine())
         self.program, self.procs, self.sets = program, procs, max(1, sets)
         self.rank = procs.rank
         _, self.dtype = resolve_dtype(program.dtype)
