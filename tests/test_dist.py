@@ -214,6 +214,32 @@ def test_garbage_peers_are_dropped_without_breaking_the_server():
 
 
 @pytest.mark.timeout(30)
+def test_a_flood_of_silent_connections_never_cuts_off_a_rank_and_a_joiner_gets_in_once_it_ebbs():
+    import threading
+
+    from purlin_bench.dist.store import MAX_PENDING
+
+    tok = token()
+    with StoreServer(tok) as server, Store(*server.address, tok) as good:
+        flood = [socket.create_connection(server.address, timeout=5) for _ in range(MAX_PENDING + 40)]
+        time.sleep(0.3)  # let the server take them: MAX_PENDING wait for a proof, the rest are closed
+        assert sum(1 for c in flood if c.recv(32) == b"") >= 40
+        good.set("k", b"1")  # the authenticated rank keeps its slot
+        threading.Timer(1.0, lambda: [c.close() for c in flood]).start()
+        start = time.monotonic()
+        with Store(*server.address, tok, timeout_s=10) as joiner:  # turned away while full, then in
+            assert joiner.get("k", 1.0) == b"1"
+        assert 0.8 < time.monotonic() - start < 5
+        with pytest.raises(StoreUnreachable, match="closed every connection before greeting for 0.5 s"):
+            flood = [socket.create_connection(server.address, timeout=5) for _ in range(MAX_PENDING)]
+            time.sleep(0.3)
+            try:
+                Store(*server.address, tok, timeout_s=0.5)
+            finally:
+                [c.close() for c in flood]
+
+
+@pytest.mark.timeout(30)
 def test_unreachable_and_lost_stores_say_so():
     tok = token()
     server = StoreServer(tok)

@@ -19,6 +19,7 @@ import secrets
 import socket
 import struct
 import threading
+import time
 
 from purlin_bench.dist.errors import DistError, StoreRefused, StoreTimeout, StoreUnreachable
 
@@ -33,6 +34,11 @@ MAX_WAIT_S = 3600.0
 # Each connection is a thread; a bound keeps a flood of connects from
 # exhausting the launcher before any of them has to authenticate.
 MAX_CONNECTIONS = 1024
+# Connections still to prove the token: a flood of them holds at most this
+# many threads, each for at most AUTH_TIMEOUT_S, and never an authenticated
+# rank's slot; a client turned away while it is full tries again.
+MAX_PENDING = 64
+_RETRY_S = 0.05
 
 SET, GET, TRY_GET, ADD, DELETE = 1, 2, 3, 4, 5
 OK, MISSING, BAD = 0, 1, 2
@@ -73,6 +79,7 @@ class StoreServer:
         self._data: dict[str, bytes] = {}
         self._cond = threading.Condition()
         self._conns: set[socket.socket] = set()
+        self._pending = 0  # connections in _conns still to authenticate
         self._closed = False
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
@@ -120,13 +127,15 @@ class StoreServer:
             except OSError:
                 return  # the listener was closed
             with self._cond:
-                if self._closed or len(self._conns) >= MAX_CONNECTIONS:
+                if self._closed or len(self._conns) >= MAX_CONNECTIONS or self._pending >= MAX_PENDING:
                     conn.close()
                     continue
                 self._conns.add(conn)
+                self._pending += 1
             threading.Thread(target=self._serve, args=(conn,), name="purlin-store-conn", daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        pending = True
         try:
             conn.settimeout(AUTH_TIMEOUT_S)
             nonce = secrets.token_bytes(NONCE_BYTES)
@@ -135,6 +144,9 @@ class StoreServer:
             if answer is None or not hmac.compare_digest(answer, _proof(self._token, nonce)):
                 conn.sendall(REFUSE)
                 return
+            with self._cond:
+                self._pending -= 1
+                pending = False
             conn.sendall(ACCEPT)
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             # An authenticated rank may sit idle between steps for as long as it likes.
@@ -160,6 +172,7 @@ class StoreServer:
         finally:
             with self._cond:
                 self._conns.discard(conn)
+                self._pending -= pending
             conn.close()
 
     def _handle(self, op: int, key: str, value: bytes) -> tuple[int, bytes]:
@@ -202,14 +215,24 @@ class Store:
         self.timeout_s = float(timeout_s)
         self._lock = threading.Lock()
         self._where = f"{host}:{port}"
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                sock = socket.create_connection(self.address, timeout=self.timeout_s)
+            except OSError as exc:
+                raise StoreUnreachable(f"cannot reach the run's store at {self._where}: {exc.strerror or exc}") from None
+            try:
+                nonce = _recv_exact(sock, NONCE_BYTES)
+            except OSError:
+                nonce = None
+            if nonce is not None:
+                break
+            # Closed before its greeting: the server is full (or closing); again until the timeout.
+            sock.close()
+            if time.monotonic() + _RETRY_S > deadline:
+                raise StoreUnreachable(f"the run's store at {self._where} closed every connection before greeting for {self.timeout_s:g} s")
+            time.sleep(_RETRY_S)
         try:
-            sock = socket.create_connection(self.address, timeout=self.timeout_s)
-        except OSError as exc:
-            raise StoreUnreachable(f"cannot reach the run's store at {self._where}: {exc.strerror or exc}") from None
-        try:
-            nonce = _recv_exact(sock, NONCE_BYTES)
-            if nonce is None:
-                raise StoreUnreachable(f"the run's store at {self._where} closed the connection before greeting")
             sock.sendall(_proof(token, nonce))
             verdict = _recv_exact(sock, 1)
         except OSError as exc:
