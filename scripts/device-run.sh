@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs compiled compiled-tests compiled-bench compiled-ab compiled-large procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs compiled compiled-tests compiled-bench compiled-ab compiled-large procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -29,6 +29,9 @@ fi
 
 step_env() {
   { nvidia-smi; nvcc --version | tail -1; python3 -c 'import cupy, numpy; print("cupy", cupy.__version__, "numpy", numpy.__version__); print(cupy.cuda.runtime.getDeviceProperties(0)["name"])'; } 2>&1 | tee "$OUT/env.txt"
+}
+step_warm() {  # every interpreter variant into CuPy's disk cache, one process per core (scripts/warm_kernels.py)
+  timeout ${WARM_LIMIT:-150} python3 scripts/warm_kernels.py 2>&1 | tee "$OUT/warm.log" | tail -5
 }
 step_tests() {
   timeout ${TESTS_LIMIT:-330} python3 -m pytest -q -p no:cacheprovider -m gpu -o addopts="" --timeout 240 --maxfail 10 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
@@ -166,7 +169,12 @@ step_pack() {  # at most 8 files come back: one archive of everything (PACK_TO: 
   local to=${PACK_TO:-$OUT}
   tar czf "$to/results.tgz.part" results "$OUT" /tmp/exhaustive /tmp/tpe* 2>/dev/null; mv "$to/results.tgz.part" "$to/results.tgz"
   local cache=${CUPY_CACHE_DIR:-$HOME/.cupy/kernel_cache}
-  [ -d "$cache" ] && tar czf "$to/kcache.tgz" -C "$cache" . 2>/dev/null
+  if [ -d "$cache" ]; then  # only what comes back: a file of at most 16 MiB
+    tar czf "$to/kcache.tgz" -C "$cache" . 2>/dev/null
+    local size; size=$(stat -c %s "$to/kcache.tgz" 2>/dev/null || echo 0)
+    echo "kernel cache: $(du -sh "$cache" | cut -f1), packed $((size >> 20)) MiB"
+    [ "$size" -lt $((15 << 20)) ] || rm -f "$to/kcache.tgz"
+  fi
   [ -n "${PACK_TO:-}" ] || find "$OUT" -type f ! -name results.tgz ! -name kcache.tgz ! -name '*.png' -delete
 }
 for s in "${@:-env tests}"; do
