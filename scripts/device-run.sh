@@ -19,11 +19,13 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/
   || { echo "editable install failed (see install.log); using PYTHONPATH"; export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}; }
 purlin() { python3 -m purlin_bench.cli.main "$@"; }
 # A fresh machine compiles every kernel variant (about a second each) before its
-# first timing; carrying the last call's CuPy cache back in (.kcache, packed by
+# first timing; carrying the last call's CuPy cache back in (.kcache or .kcache.tgz, packed by
 # step pack as kcache.tgz) skips that. CuPy keys entries by source, options,
 # architecture and toolkit, so a stale or foreign entry is only a miss.
-if [ -d .kcache ]; then
-  mkdir -p /tmp/kcache && cp -r .kcache/. /tmp/kcache/ 2>/dev/null
+if [ -d .kcache ] || [ -f .kcache.tgz ]; then
+  mkdir -p /tmp/kcache
+  [ -d .kcache ] && cp -r .kcache/. /tmp/kcache/ 2>/dev/null
+  [ -f .kcache.tgz ] && tar xzf .kcache.tgz -C /tmp/kcache 2>/dev/null
   export CUPY_CACHE_DIR=/tmp/kcache
 fi
 

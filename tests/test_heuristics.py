@@ -71,6 +71,20 @@ def test_copies_get_four_vectors_in_flight_reductions_keep_the_executor_default(
     assert default_config(_at("all-gather", 1 << 20), backend="numpy").exec_params == ()
 
 
+def test_small_messages_on_one_gpu_get_the_compiled_kernel_at_128_threads():
+    from purlin_bench.backends.cupy import COMPILED_MAX_BYTES
+
+    compiled = {"kernel": "compiled", "threads": 128}
+    for name in ("all-reduce", "reduce-scatter", "all-gather", "broadcast", "scatter"):
+        for nbytes in (8, 4096, COMPILED_MAX_BYTES):
+            assert dict(default_config(_at(name, nbytes)).exec_params).items() >= compiled.items(), (name, nbytes)
+        # past the bound, and with a launch per rank (several GPUs, processes): the interpreter
+        assert "kernel" not in dict(default_config(_at(name, 2 * COMPILED_MAX_BYTES)).exec_params)
+        assert "kernel" not in dict(default_config(_at(name, 4096), fused=False).exec_params)
+    assert dict(default_config(_at("all-gather", 4096)).exec_params) == {"unroll": 4, **compiled}
+    assert dict(default_config(_at("all-reduce", 4096, itemsize=2)).exec_params) == compiled
+
+
 def test_a_rank_sending_several_flows_gets_a_channel_per_flow():
     config = default_config(_at("all-to-all", 64 << 10))
     assert dict(config.plan_params)["channels"] == 8

@@ -28,6 +28,14 @@ from purlin_bench.timing import Timing
 # unroll=4; with 8 MiB flows 1.1-1.2x SM unroll=2; with 32 MiB and up at
 # 99-102% of the floor against SM unroll=4's 96%).
 CE_MIN_FLOW_BYTES = 4 << 20
+# The compiled datapath, at 128 threads a block, up to this many bytes in
+# any rank's buffer of a fused launch. On the H200 (8 virtual ranks,
+# docs/perf/issue16/) it ran 1.55-2.23x faster than the interpreter at
+# 8 B-32 KiB, and at 64 KiB 128 threads took it from 1.5-3.1 us to
+# 1.4-1.9 us (512 threads: within 3% of 128 up to 4 KiB). Above this the
+# interpreter stays: no win was measured there, and every new program
+# costs about a second of NVRTC on a machine's first use.
+COMPILED_MAX_BYTES = 64 << 10
 
 
 class CupyBackend(Backend):
@@ -99,13 +107,15 @@ class CupyBackend(Backend):
         return {**super().environment(), **environment((self.world.device,) if self.procs else self.gpus or (0,))}
 
     def default_config(self, inst: Instance, config: RunConfig) -> RunConfig:
-        if inst.op == "reduce":
-            return config
         plan = dict(config.plan_params)
+        largest = max(*inst.in_counts, *inst.out_counts) * inst.itemsize
+        small = {"kernel": "compiled", "threads": 128} if self.fused and largest <= COMPILED_MAX_BYTES else {}
+        if inst.op == "reduce":
+            return RunConfig.make(config.strategy, plan, small)
         # Copies have no reduction's loads to batch: 4 vectors in flight
         # per thread take single-consumer copies from 84% to 96% of the
         # floor; reductions keep 2, which is 0.5 us faster at small sizes.
-        datapath: dict[str, Any] = {"unroll": 4}
+        datapath: dict[str, Any] = {"unroll": 4, **small}
         single = all(len(f.consumer_ranks()) == 1 for f in inst.flows)
         smallest = min((f.count for f in inst.flows), default=0) * inst.itemsize
         if self.fused and config.strategy == "push" and single and smallest >= CE_MIN_FLOW_BYTES:
