@@ -95,8 +95,7 @@ SETS = {
         "reduce-scatter:float32:64K,1M:direct",
     ],
     # The compiled datapath at the defaults' strategies (copies at unroll 4, as
-    # CupyBackend.default_config gives them), at 512 and at 128 threads a
-    # block (kernel_ab.py's now vs compiled-dynamic: static slices or not).
+    # CupyBackend.default_config gives them), at 512 and at 128 threads a block.
     "compiled-small": [
         f"{c}:{d}:8,4K,64K,1M:{st}:{x}kernel=compiled{t}"
         for c, st, x in (

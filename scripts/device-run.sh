@@ -148,8 +148,8 @@ step_compiled-bench() {  # issue 16: the compiled kernel timed beside the defaul
     timeout ${COMPILED_BENCH_LIMIT:-150} purlin bench all -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 -d $d --kernel compiled --baseline torch,cupy,default --no-inplace --json "$OUT/compiled-$d.json" 2>&1 | tee "$OUT/compiled-$d.log" | grep -E "^# (Speed|Avg)|rror|^[a-z-]+  \(" | tail -20
   done
 }
-step_compiled-ab() {  # issue 16: the compiled kernel with static slices or per-op ones, 512 or 128 threads, side by side
-  timeout ${COMPILED_AB_LIMIT:-240} python3 scripts/kernel_ab.py --set compiled-small --variant now --variant compiled-dynamic --reps 7 --json "$OUT/compiled-ab.json" 2>&1 | tee "$OUT/compiled-ab.log"
+step_compiled-ab() {  # issue 16: the compiled kernel at 512 and 128 threads (the set's cases), beside KERNEL_AB_VARIANTS
+  timeout ${COMPILED_AB_LIMIT:-240} python3 scripts/kernel_ab.py --set compiled-small ${KERNEL_AB_VARIANTS:---variant now} --reps 7 --json "$OUT/compiled-ab.json" 2>&1 | tee "$OUT/compiled-ab.log"
 }
 step_compiled-large() {  # issue 16: 16 B .. 1 GiB, the compiled kernel beside the interpreter and torch (the geometric mean, the 0.95x floor)
   for d in ${DTYPES:-float32}; do

@@ -38,7 +38,6 @@ VARIANTS = {
     "now-no-shared-bases": KernelSettings(shared_bases=False),
     "now-no-short": KernelSettings(short_reduce=False, short_batch=1),
     "now-uncapped-blocks": KernelSettings(cap_blocks=False),
-    "compiled-dynamic": KernelSettings(static_slices=False),
 }
 
 

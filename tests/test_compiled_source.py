@@ -54,7 +54,7 @@ def test_every_op_becomes_straight_line_code_with_constant_offsets(collective, s
     for op in moving:
         # static slices: the pointers are constants off the bases, not shared state
         assert f"{int(op['count'])}ll, {int(op['nsrc'])}, {int(op['ndst'])}, src, dst, " in body
-    assert "s_src" not in body and "purlin_slices<" not in body
+    assert "s_src" not in body and "__shared__ char*" not in body
     # every wait and notify names its flag as a parameter plus a constant index
     waits = sum(int(op["nwait"]) for op in low.ops)
     assert len(re.findall(r"purlin_wait<\d+>", body)) == sum(1 for op in low.ops if op["nwait"])
@@ -62,17 +62,6 @@ def test_every_op_becomes_straight_line_code_with_constant_offsets(collective, s
     assert body.count("red_release(") == sum(int(op["nnotify"]) for op in low.ops)
     # nothing is read from an op record: no table, no pointer chasing
     assert "ops[" not in body and "Op*" not in body
-
-
-def test_per_op_slices_without_a_layout_are_thread_0s_as_in_the_interpreter():
-    program = program_of("all-reduce", "two-shot", 8, "bfloat16")
-    low = lower(program, list(range(8)), True, "sm", flag_id)
-    body = generate(low, 8, 2, source_text()).split('extern "C" __global__', 1)[1]
-    moving = sum(1 for op in low.ops if op["op"])
-    assert body.count("purlin_slices<") == moving
-    assert sum(1 for line in body.splitlines() if "move_op<" in line and "s_src[" in line) == moving
-    # a barrier before every op and before every notify
-    assert body.count("__syncthreads()") == len(low.ops) + sum(1 for op in low.ops if op["nnotify"])
 
 
 def test_the_same_program_generates_the_same_source_and_another_program_another():
@@ -89,7 +78,7 @@ def test_a_program_past_the_op_bound_is_refused_with_the_way_out():
     low = lower(program, list(range(8)), True, "sm", flag_id)
     assert len(low.ops) > MAX_OPS
     with pytest.raises(PlanError, match="kernel=interpreted"):
-        generate(low, 8, 2, source_text())
+        generate(low, 8, 2, source_text(), BaseLayout.of(program, 4))
 
 
 @pytest.mark.nvcc

@@ -46,18 +46,6 @@ def test_with_datapath_parameters(executor, exec_params):
             _check(executor, load_builtin(name), 8, 12345, "float32", strategy, params={"channels": 2}, exec_params={**exec_params, **COMPILED})
 
 
-def test_slices_worked_out_per_op_match_the_reference_too():
-    """The generator's other path (static_slices off): thread 0 works out
-    each op's alignment at run time, as the interpreter does."""
-    from purlin_bench.backends.cupy.executor import KernelSettings
-
-    dynamic = PerRanks(timeout_s=5.0, settings=KernelSettings(static_slices=False))
-    for name in ("all-reduce", "all-gather", "reduce-scatter"):
-        for strategy in STRATEGIES:
-            _check(dynamic, load_builtin(name), 8, 1001, "bfloat16", strategy, exec_params=COMPILED)
-            _check(dynamic, load_builtin(name), 3, 4099, "float32", strategy, inplace=True, exec_params=COMPILED)
-
-
 def test_split_launches_keep_the_call_protocol():
     split = PerRanks(split_launches=True, timeout_s=5.0)
     for name in ("all-reduce", "all-to-all"):

@@ -190,8 +190,7 @@ class CupyBackend(Backend):
         auto = int(min(MAX_BLOCKS, max(1, -(-int(work) * itemsize // self.settings.auto_block_bytes))))
         blocks = min(checked["blocks"], auto) if checked["blocks"] else auto
         options = compile_options(program.dtype, program.redop or "sum", checked["unroll"], checked["threads"], False, self.settings.copy_only_build and copies_only([low]), self.settings.defines())
-        layout = BaseLayout.of(program, itemsize) if self.settings.static_slices else None
-        return f"// nvrtc {' '.join(options)}\n" + generate(low, program.ranks, blocks, source_text(), layout)
+        return f"// nvrtc {' '.join(options)}\n" + generate(low, program.ranks, blocks, source_text(), BaseLayout.of(program, itemsize))
 
     def reference(self, runner: CupyRunner, inst: Instance, inputs: Sequence[np.ndarray]):
         from purlin_bench.backends.cupy.check import DeviceReference

@@ -5,11 +5,16 @@ the slice bases, then the flag addresses, before the first byte moves: a
 chain of dependent global loads per op. Here the same lowered ops become
 straight-line code, one ``case`` per (rank, channel) group, with counts,
 offsets, flag indices and the block count as constants and the buffer
-bases and flag words as kernel parameters (constant-bank loads). The data
-movement, the flags and the watchdog are the interpreter's own functions:
-the generated kernel is appended to snac.cu's primitives, so both datapaths
-move bytes, order flags and report timeouts the same way, block for block
-and element for element.
+bases and flag words as kernel parameters (constant-bank loads). Every
+slice's address modulo 16 bytes is known here too (BaseLayout), so an op's
+vector split is a constant and no thread sets anything up for the others;
+a block barrier is left only where one orders something. On the H200 this
+ran 1.19x faster (geometric mean, 8 B-1 MiB) than the first version, which
+worked the split out per op in thread 0 as the interpreter does
+(docs/perf/issue16/device-2/compiled-ab.log). The data movement, the flags
+and the watchdog are the interpreter's own functions: the generated kernel
+is appended to snac.cu's primitives, so both datapaths move bytes, order
+flags and report timeouts the same way, element for element.
 
 Pure text: tested and compiled (nvcc, in CI) without a GPU; on a GPU CuPy's
 NVRTC compiles it, and caches the module on disk by a hash of the source, the
@@ -78,25 +83,6 @@ __device__ __forceinline__ int purlin_wait(u64* const (&flags)[N], const int (&i
         }
     }
     return 0;
-}
-
-// The interpreter's rule: vectors only if every slice has the same offset
-// within 16 bytes, and that offset is whole elements. Thread 0 also puts
-// the slice pointers in shared memory, as the interpreter does: held in
-// registers by every thread, 16 of them pushed an 8-rank float16
-// reduction past 128 registers (ptxas spilled).
-template <int NS, int ND>
-__device__ __forceinline__ void purlin_slices(char* const (&src)[NS], char* const (&dst)[ND], i64 count, char** s_src, char** s_dst, int* s_meta) {
-    const u64 mis = (u64)src[0] & 15u;
-    bool same = true;
-#pragma unroll
-    for (int k = 0; k < NS; ++k) { same = same && (((u64)src[k] & 15u) == mis); s_src[k] = src[k]; }
-#pragma unroll
-    for (int k = 0; k < ND; ++k) { same = same && (((u64)dst[k] & 15u) == mis); s_dst[k] = dst[k]; }
-    const bool aligned = same && (mis % sizeof(S)) == 0;
-    i64 h = aligned ? (i64)((16 - mis) & 15) / (i64)sizeof(S) : 0;
-    s_meta[0] = aligned;
-    s_meta[1] = (int)(h < count ? h : count);
 }
 
 """
@@ -193,34 +179,6 @@ def _what(op) -> str:
     return {OP_NONE: "flags only", OP_COPY: f"copy {count} elements", OP_REDUCE: f"reduce {count} elements"}[kind]
 
 
-def _op_code(op, k: int, rank: int, channel: int) -> list[str]:
-    """One op as the interpreter runs it, less the reads of its record:
-    thread 0 sets up the slices and waits, one barrier, every thread moves
-    its elements, a barrier before thread 0 notifies."""
-    kind, count = int(op["op"]), int(op["count"])
-    nwait, nsrc, ndst = int(op["nwait"]), int(op["nsrc"]), int(op["ndst"])
-    h = k & 1  # shared state by op parity, as the interpreter's (see snac.cu)
-    lines = [f"    // step {int(op['step'])}: {_what(op)}"]
-    first = []
-    if kind != OP_NONE:
-        first.append(
-            f"char* const src[{nsrc}] = {{{_slices(op['src'][:nsrc])}}}; char* const dst[{ndst}] = {{{_slices(op['dst'][:ndst])}}};"
-            f" purlin_slices<{nsrc}, {ndst}>(src, dst, {count}ll, s_src[{h}], s_dst[{h}], s_meta[{h}]);"
-        )
-    if nwait:
-        first.append(_wait_code(op, h, rank, channel))
-    if first:
-        lines.append(f"    if (threadIdx.x == 0) {{ {' '.join(first)} }}")
-    # A barrier at every op, as the interpreter passes one: the blocks of a
-    # group then move the same elements in the same order.
-    lines.append("    __syncthreads();")
-    if nwait:
-        lines.append(f"    if (s_abort[{h}]) return;")
-    if kind != OP_NONE:
-        lines.append(f"    move_op<PURLIN_UNROLL>({_KIND[kind]}, {count}ll, {nsrc}, {ndst}, s_src[{h}], s_dst[{h}], s_meta[{h}][0], s_meta[{h}][1], tid, stride);")
-    return lines + _notify_code(op)
-
-
 def _accesses(op, layout: BaseLayout):
     """(span, written) of every slice the op touches."""
     count = int(op["count"])
@@ -245,7 +203,7 @@ def _ordered_without_barrier(before, op, layout: BaseLayout) -> bool:
     return True
 
 
-def _group_code_static(ops, begin: int, end: int, rank: int, channel: int, layout: BaseLayout) -> list[str]:
+def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: BaseLayout) -> list[str]:
     """A group's ops with every slice address and vector split a constant:
     no per-op setup by thread 0, no pointers through shared memory, and a
     barrier only where one orders something (after a wait, before a
@@ -280,30 +238,21 @@ def _group_code_static(ops, begin: int, end: int, rank: int, channel: int, layou
     return lines
 
 
-def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout: BaseLayout | None = None) -> str:
+def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout: BaseLayout) -> str:
     """The CUDA C++ of one launch: ``lowered`` must carry flag ids
-    (``lower(..., flag_address=flag_id)``) where the interpreter has addresses.
-    With ``layout`` (where the slice bases lie) every slice's alignment is
-    a constant and the static path is generated; without it, thread 0 works
-    the alignment out per op, as the interpreter does."""
+    (``lower(..., flag_address=flag_id)``) where the interpreter has addresses,
+    and ``layout`` says where its slice bases lie."""
     if len(lowered.ops) > MAX_OPS:
         raise PlanError(f"the compiled datapath takes at most {MAX_OPS} ops a launch, this program has {len(lowered.ops)}: use kernel=interpreted (or larger slices)")
     # No __restrict__ on the bases: in place, an output base points into its input.
     params = [f"char* b{i}" for i in range(3 * ranks)] + [f"u64* f{r}" for r in range(ranks)]
     ops = lowered.ops
     flagged = bool(len(ops)) and bool((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any())
-    out = [primitives(snac_source), _PROLOGUE, f"// {len(lowered.groups)} groups, {len(ops)} ops, {blocks} blocks a group, {'static' if layout else 'dynamic'} slices"]
+    out = [primitives(snac_source), _PROLOGUE, f"// {len(lowered.groups)} groups, {len(ops)} ops, {blocks} blocks a group"]
     out.append(f'extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOCKS) {KERNEL}(')
     out.append("    " + ", ".join(params) + ",")
     out.append("    u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns) {")
     out.append(f"  const int B = {blocks};")
-    if layout is None:
-        # By op parity, as the interpreter's: thread 0 may set op k+1's word while
-        # a slower thread still reads op k's.
-        out.append("  __shared__ char* s_src[2][MAX_SRC];")
-        out.append("  __shared__ char* s_dst[2][MAX_DST];")
-        out.append("  __shared__ int s_meta[2][2];  // aligned, head")
-        out.append("  (void)s_src; (void)s_dst; (void)s_meta;")
     if len(ops) and (ops["nwait"] > 0).any():
         out.append("  __shared__ int s_abort[2];")
     out.append("  const int bi = blockIdx.x % B;")
@@ -320,11 +269,7 @@ def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout
     out.append("  switch (blockIdx.x / B) {")
     for g, (begin, end, rank, channel) in enumerate(lowered.groups.tolist()):
         out.append(f"  case {g}: {{  // rank {rank} channel {channel}")
-        if layout is None:
-            for k in range(begin, end):
-                out.extend(_op_code(ops[k], k, rank, channel))
-        else:
-            out.extend(_group_code_static(ops, begin, end, rank, channel, layout))
+        out.extend(_group_code(ops, begin, end, rank, channel, layout))
         out.append("  } break;")
     out.append("  }")
     if flagged:

@@ -56,9 +56,6 @@ class KernelSettings:
     short_reduce: bool = True
     shared_bases: bool = True
     short_batch: int | None = None
-    # The compiled datapath's slice addresses and vector splits as constants
-    # (compiled.BaseLayout), rather than worked out by thread 0 per op.
-    static_slices: bool = True
 
     def defines(self) -> tuple[str, ...]:
         """The nvrtc options these settings add to a variant's build."""
@@ -179,8 +176,7 @@ class CupyRunner:
         from purlin_bench.backends.cupy.compiled import BaseLayout, compiled_kernel, generate
 
         low = lower(self.program, ranks, self.world.fused, self.datapath, flag_id)
-        layout = BaseLayout.of(self.program, self.itemsize) if self.settings.static_slices else None
-        source = generate(low, self.program.ranks, self.blocks, source_text(), layout)
+        source = generate(low, self.program.ranks, self.blocks, source_text(), BaseLayout.of(self.program, self.itemsize))
         options = compile_options(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, self.world.sys_scope, self.copy_only, self.settings.defines())
         kernel, seconds = compiled_kernel(source, options, device)
         self.build_s += seconds
