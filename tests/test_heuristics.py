@@ -52,10 +52,10 @@ def default_config(inst, backend="cupy", fused=True):
     return chosen.default_config(inst, default_plan(inst))
 
 
-def _at(name, nbytes, itemsize=4):
+def _at(name, nbytes, itemsize=4, ranks=8):
     from purlin_bench.bench.run import instances
 
-    ((_, inst),) = instances(load_builtin(name), [nbytes], 8, {4: "float32", 2: "bfloat16"}[itemsize], 0)
+    ((_, inst),) = instances(load_builtin(name), [nbytes], ranks, {4: "float32", 2: "bfloat16"}[itemsize], 0)
     return inst
 
 
@@ -82,6 +82,19 @@ def test_small_messages_on_one_gpu_get_the_compiled_kernel_at_128_threads():
         assert "kernel" not in dict(default_config(_at(name, 2 * COMPILED_MAX_BYTES)).exec_params)
         assert "kernel" not in dict(default_config(_at(name, 4096), fused=False).exec_params)
     assert dict(default_config(_at("all-gather", 4096)).exec_params) == {"unroll": 4, **compiled}
+    # past the ranks it was measured near, where an all-to-all would pass the op bound
+    from purlin_bench.backends.cupy import COMPILED_MAX_RANKS
+    from purlin_bench.backends.cupy.compiled import MAX_OPS
+    from purlin_bench.backends.cupy.lower import flag_id, lower
+    from purlin_bench.planner import plan
+
+    for ranks in (COMPILED_MAX_RANKS, 2 * COMPILED_MAX_RANKS + 1):
+        inst = _at("all-to-all", 4096, ranks=ranks)
+        config = default_config(inst)
+        program = plan(inst, config.strategy, "float32", None, dict(config.plan_params), False)
+        ops = len(lower(program, list(range(ranks)), True, "sm", flag_id).ops)
+        assert (dict(config.exec_params).get("kernel") == "compiled") == (ranks <= COMPILED_MAX_RANKS)
+        assert ops <= MAX_OPS or ranks > COMPILED_MAX_RANKS
     assert dict(default_config(_at("all-reduce", 4096, itemsize=2)).exec_params) == compiled
 
 

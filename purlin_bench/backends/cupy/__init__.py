@@ -36,6 +36,9 @@ CE_MIN_FLOW_BYTES = 4 << 20
 # interpreter stays: no win was measured there, and every new program
 # costs about a second of NVRTC on a machine's first use.
 COMPILED_MAX_BYTES = 64 << 10
+# ... and up to this many ranks: measured at 8; an all-to-all's ops grow as
+# ranks squared and pass the compiled kernel's bound (compiled.MAX_OPS) at 33.
+COMPILED_MAX_RANKS = 16
 
 
 class CupyBackend(Backend):
@@ -109,7 +112,7 @@ class CupyBackend(Backend):
     def default_config(self, inst: Instance, config: RunConfig) -> RunConfig:
         plan = dict(config.plan_params)
         largest = max(*inst.in_counts, *inst.out_counts) * inst.itemsize
-        small = {"kernel": "compiled", "threads": 128} if self.fused and largest <= COMPILED_MAX_BYTES else {}
+        small = {"kernel": "compiled", "threads": 128} if self.fused and largest <= COMPILED_MAX_BYTES and inst.ranks <= COMPILED_MAX_RANKS else {}
         if inst.op == "reduce":
             return RunConfig.make(config.strategy, plan, small)
         # Copies have no reduction's loads to batch: 4 vectors in flight
