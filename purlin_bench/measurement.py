@@ -106,10 +106,15 @@ class MeasurementService:
         _, np_dtype = resolve_dtype(dtype)
         return instantiate(spec, self.ranks, count, np_dtype.itemsize, root)
 
-    def default_config(self, inst: Instance) -> RunConfig:
+    def default_config(self, inst: Instance, plan_overrides: Mapping[str, Any] | None = None) -> RunConfig:
         """The untuned default (``--strategy auto``): the heuristics'
-        strategy with this backend's datapath defaults."""
-        return self.backend.default_config(inst, default_plan(inst))
+        strategy with this backend's datapath defaults. ``plan_overrides``
+        (a user's --channels or --slice-bytes) are applied first, so the
+        backend chooses its datapath for the program that will run."""
+        base = default_plan(inst)
+        if plan_overrides:
+            base = RunConfig.make(base.strategy, {**dict(base.plan_params), **plan_overrides}, dict(base.exec_params))
+        return self.backend.default_config(inst, base)
 
     def program(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False) -> Program:
         return plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)

@@ -81,25 +81,49 @@ def test_a_program_past_the_op_bound_is_refused_with_the_way_out():
         generate(low, 8, 2, source_text(), BaseLayout.of(program, 4))
 
 
+def _nvcc_builds_without_spills(source: str, where: str, arch: str, tmp_path) -> None:
+    nvcc = shutil.which("nvcc")
+    options = source.splitlines()[0].removeprefix("// nvrtc ").split()
+    path = tmp_path / "compiled.cu"
+    path.write_text(source)
+    cmd = [nvcc, f"-arch={arch}", "-c", "-Xptxas", "-v", "-Werror", "all-warnings", *options, "-o", str(tmp_path / "compiled.o"), str(path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    log = done.stdout + done.stderr
+    print(f"[{arch} {where}]", " | ".join(line.strip() for line in log.splitlines() if "registers" in line or "spill" in line))
+    assert done.returncode == 0, f"nvcc failed for {where}:\n{log[-3000:]}"
+    spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
+    assert spills and max(spills) == 0, f"register spills for {where}:\n{log[-2000:]}"
+
+
 @pytest.mark.nvcc
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("arch", ("sm_90",))
 def test_nvcc_builds_the_sample_without_warnings_or_spills(arch, tmp_path):
-    nvcc = shutil.which("nvcc")
     for collective, strategy, ranks, dtype in sample():
         program = program_of(collective, strategy, ranks, dtype)
         source = CupyBackend(ranks).source(program, kernel="compiled")
-        options = source.splitlines()[0].removeprefix("// nvrtc ").split()
-        path = tmp_path / "compiled.cu"
-        path.write_text(source)
-        cmd = [nvcc, f"-arch={arch}", "-c", "-Xptxas", "-v", "-Werror", "all-warnings", *options, "-o", str(tmp_path / "compiled.o"), str(path)]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        log = done.stdout + done.stderr
-        where = f"{collective}/{strategy} R={ranks} {dtype}"
-        print(f"[{arch} {where}]", " | ".join(line.strip() for line in log.splitlines() if "registers" in line or "spill" in line))
-        assert done.returncode == 0, f"nvcc failed for {where}:\n{log[-3000:]}"
-        spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
-        assert spills and max(spills) == 0, f"register spills for {where}:\n{log[-2000:]}"
+        _nvcc_builds_without_spills(source, f"{collective}/{strategy} R={ranks} {dtype}", arch, tmp_path)
+
+
+@pytest.mark.nvcc
+@pytest.mark.timeout(600)
+def test_nvcc_builds_every_small_message_default_without_spills(tmp_path):
+    """What the default runs below 64 KiB (compiled, 128 threads, copies at
+    unroll 4), at the most ranks it is chosen for, every collective and dtype."""
+    from purlin_bench.backends.cupy import COMPILED_MAX_BYTES, COMPILED_MAX_RANKS
+    from purlin_bench.bench.run import instances
+    from purlin_bench.measurement import MeasurementService
+
+    ranks = COMPILED_MAX_RANKS
+    service = MeasurementService(CupyBackend(ranks))
+    for collective in COLLECTIVES:
+        for dtype in DTYPE_CODES:
+            ((_, inst),) = instances(load_builtin(collective), [COMPILED_MAX_BYTES], ranks, dtype, 0)
+            config = service.default_config(inst)
+            assert dict(config.exec_params)["kernel"] == "compiled"
+            program = plan(inst, config.strategy, dtype, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
+            source = CupyBackend(ranks).source(program, **dict(config.exec_params))
+            _nvcc_builds_without_spills(source, f"{collective} default {config.text()} {dtype}", "sm_90", tmp_path)
 
 
 def _thread_of(aligned: bool, head: int, count: int, vec: int, stride: int, e: int) -> int:
@@ -151,10 +175,13 @@ def test_where_a_barrier_is_left_out_no_element_changes_thread(collective, strat
             for (begin, end, _, _), case in zip(low.groups.tolist(), cases):
                 moving = iter(k for k in range(begin, end) if low.ops[k]["op"])
                 since: list[int] = []
+                previous = ""
                 for line in case.splitlines():
                     if "__syncthreads()" in line:
                         since = []
                     elif "move_op<" in line:
+                        # a compiler fence keeps program order where no barrier does
+                        assert not since or 'asm volatile("" ::: "memory")' in previous
                         k = next(moving)
                         op = low.ops[k]
                         split = layout.split(op)
@@ -169,6 +196,25 @@ def test_where_a_barrier_is_left_out_no_element_changes_thread(collective, strat
                                 b = _thread_of(*split, int(op["count"]), 16 // itemsize, stride, mine[where][1])
                                 assert a == b, f"{collective}/{strategy} R={ranks} count={count}: ops {j} and {k} share {where} on threads {a} and {b} with no barrier"
                         since.append(k)
+                    previous = line
+
+
+@pytest.mark.parametrize(("collective", "strategy"), [("all-gather", "direct"), ("all-reduce", "ring"), ("all-to-all", "two-shot")])
+def test_the_abort_word_alternates_with_each_wait_so_no_thread_reads_a_word_being_set(collective, strategy):
+    """Launches of one rank keep their waits (the call protocol): thread 0
+    may write wait w+1's word while a slow thread reads wait w's, so the
+    words must alternate by wait, whatever ops come between."""
+    program = program_of(collective, strategy, 3, "float32")
+    layout = BaseLayout.of(program, 4)
+    waits_seen = 0
+    for rank in range(3):
+        low = lower(program, [rank], False, "sm", flag_id)
+        body = generate(low, 3, 1, source_text(), layout).split("switch (blockIdx.x / B) {", 1)[1]
+        for case in body.split("  case ")[1:]:
+            words = [int(m) for m in re.findall(r"s_abort\[(\d)\] = purlin_wait", case)]
+            assert words == [w & 1 for w in range(len(words))]
+            waits_seen += len(words)
+    assert waits_seen > 3
 
 
 def test_the_layout_knows_in_place_aliasing_and_each_base_alignment():

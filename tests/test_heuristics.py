@@ -82,7 +82,7 @@ def test_small_messages_on_one_gpu_get_the_compiled_kernel_at_128_threads():
         assert "kernel" not in dict(default_config(_at(name, 2 * COMPILED_MAX_BYTES)).exec_params)
         assert "kernel" not in dict(default_config(_at(name, 4096), fused=False).exec_params)
     assert dict(default_config(_at("all-gather", 4096)).exec_params) == {"unroll": 4, **compiled}
-    # past the ranks it was measured near, where an all-to-all would pass the op bound
+    # past the ranks it was measured at (and where nvcc's sample of its builds stops)
     from purlin_bench.backends.cupy import COMPILED_MAX_RANKS
     from purlin_bench.backends.cupy.compiled import MAX_OPS
     from purlin_bench.backends.cupy.lower import flag_id, lower
@@ -96,6 +96,30 @@ def test_small_messages_on_one_gpu_get_the_compiled_kernel_at_128_threads():
         assert (dict(config.exec_params).get("kernel") == "compiled") == (ranks <= COMPILED_MAX_RANKS)
         assert ops <= MAX_OPS or ranks > COMPILED_MAX_RANKS
     assert dict(default_config(_at("all-reduce", 4096, itemsize=2)).exec_params) == compiled
+
+
+def test_a_users_small_slices_keep_the_default_on_the_interpreter_past_the_op_bound():
+    """bench --strategy auto --slice-bytes 16 at 64 KiB: thousands of ops,
+    which the compiled kernel refuses; the default must still run."""
+    from purlin_bench.backends.cupy import CupyBackend
+    from purlin_bench.backends.cupy.compiled import MAX_OPS
+    from purlin_bench.backends.cupy.lower import flag_id, lower
+    from purlin_bench.bench.run import Choice, configs_for
+    from purlin_bench.measurement import MeasurementService
+    from purlin_bench.planner import plan
+
+    service = MeasurementService(CupyBackend(8))
+    for name, slices in (("all-gather", 16), ("all-to-all", 64), ("all-reduce", 1 << 20)):
+        inst = _at(name, 64 << 10)
+        (config,) = configs_for(inst, 64 << 10, Choice("auto", {"slice_bytes": slices}, {}), service.default_config)
+        assert dict(config.plan_params)["slice_bytes"] == slices
+        program = plan(inst, config.strategy, "float32", "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
+        fits = len(lower(program, list(range(8)), True, "sm", flag_id).ops) <= MAX_OPS
+        assert (dict(config.exec_params).get("kernel") == "compiled") == fits, (name, slices)
+        assert fits == (name == "all-reduce")
+    # and an explicit choice is the user's: --kernel interpreted wins over the default
+    (config,) = configs_for(_at("all-gather", 4096), 4096, Choice("auto", {}, {"kernel": "interpreted"}), service.default_config)
+    assert dict(config.exec_params)["kernel"] == "interpreted"
 
 
 def test_a_rank_sending_several_flows_gets_a_channel_per_flow():

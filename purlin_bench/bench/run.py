@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
@@ -23,13 +23,14 @@ class Choice:
     plan_lookup: Callable[[Instance, int], RunConfig] | None = None  # (instance, size bytes) -> config
 
 
-def configs_for(inst: Instance, size: int, choice: Choice, default: Callable[[Instance], RunConfig]) -> list[RunConfig]:
-    """The configurations to measure at one size; ``default(inst)`` is the
-    untuned default (MeasurementService.default_config)."""
+def configs_for(inst: Instance, size: int, choice: Choice, default: Callable[[Instance, Mapping[str, Any]], RunConfig]) -> list[RunConfig]:
+    """The configurations to measure at one size; ``default(inst,
+    plan_overrides)`` is the untuned default (MeasurementService.default_config)."""
     if choice.plan_lookup is not None:
         return [choice.plan_lookup(inst, size)]
     if choice.strategy == "auto":
-        base = default(inst)
+        base = default(inst, choice.plan_overrides)
+        # The user's own choices win over what the backend adjusted.
         return [RunConfig.make(base.strategy, {**dict(base.plan_params), **choice.plan_overrides}, {**dict(base.exec_params), **choice.exec_overrides})]
     names = list(STRATEGIES) if choice.strategy == "all" else [get_strategy(choice.strategy).name]
     return [RunConfig.make(n, dict(choice.plan_overrides), dict(choice.exec_overrides)) for n in names]

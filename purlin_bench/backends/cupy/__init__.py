@@ -36,9 +36,11 @@ CE_MIN_FLOW_BYTES = 4 << 20
 # interpreter stays: no win was measured there, and every new program
 # costs about a second of NVRTC on a machine's first use.
 COMPILED_MAX_BYTES = 64 << 10
-# ... and up to this many ranks: measured at 8; an all-to-all's ops grow as
-# ranks squared and pass the compiled kernel's bound (compiled.MAX_OPS) at 33.
-COMPILED_MAX_RANKS = 16
+# ... and up to this many ranks, where it was measured: nvcc's sample of
+# its builds covers 8, and at 12-16 ranks the 16-bit reductions spill.
+COMPILED_MAX_RANKS = 8
+# Any dtype of each element size: a program's ops depend on the size alone.
+_DTYPE_OF_SIZE = {2: "bfloat16", 4: "float32", 8: "float64"}
 
 
 class CupyBackend(Backend):
@@ -112,7 +114,9 @@ class CupyBackend(Backend):
     def default_config(self, inst: Instance, config: RunConfig) -> RunConfig:
         plan = dict(config.plan_params)
         largest = max(*inst.in_counts, *inst.out_counts) * inst.itemsize
-        small = {"kernel": "compiled", "threads": 128} if self.fused and largest <= COMPILED_MAX_BYTES and inst.ranks <= COMPILED_MAX_RANKS else {}
+        small = {}
+        if self.fused and largest <= COMPILED_MAX_BYTES and inst.ranks <= COMPILED_MAX_RANKS and self._compiles(inst, config):
+            small = {"kernel": "compiled", "threads": 128}
         if inst.op == "reduce":
             return RunConfig.make(config.strategy, plan, small)
         # Copies have no reduction's loads to batch: 4 vectors in flight
@@ -125,6 +129,25 @@ class CupyBackend(Backend):
             plan["channels"] = 1
             datapath = {"datapath": "ce"}
         return RunConfig.make(config.strategy, plan, datapath)
+
+    @staticmethod
+    def _compiles(inst: Instance, config: RunConfig) -> bool:
+        """Whether ``config``'s program, in and out of place, stays within
+        the compiled kernel's op bound (a user's small --slice-bytes can
+        make thousands of ops: the interpreter runs those)."""
+        from purlin_bench.backends.cupy.compiled import MAX_OPS
+        from purlin_bench.backends.cupy.lower import flag_id, lower
+        from purlin_bench.planner import plan
+
+        dtype, redop = _DTYPE_OF_SIZE.get(inst.itemsize, "float32"), "sum" if inst.op == "reduce" else None
+        for inplace in (False, True) if inst.inplace_refusal() is None else (False,):
+            try:
+                program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
+                if len(lower(program, list(range(inst.ranks)), True, "sm", flag_id).ops) > MAX_OPS:
+                    return False
+            except PurlinError:
+                return False  # the run will say why, on whichever datapath
+        return True
 
     def warm_up(self, dtype: str, redop: str | None) -> int:
         """Build every kernel variant a runner could ask for (each unroll and

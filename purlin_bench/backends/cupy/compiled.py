@@ -210,13 +210,17 @@ def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: Base
     notify, between ops that hand elements from thread to thread)."""
     lines: list[str] = []
     moved: list = []  # ops since the last barrier
+    waits = 0
     for k in range(begin, end):
         op = ops[k]
         kind, count = int(op["op"]), int(op["count"])
         nwait, nsrc, ndst = int(op["nwait"]), int(op["nsrc"]), int(op["ndst"])
-        h = k & 1  # s_abort by op parity: thread 0 may set op k+1's while a slower thread reads op k's
         lines.append(f"    // step {int(op['step'])}: {_what(op)}")
         if nwait:
+            # s_abort by the parity of the group's waits: thread 0 sets wait
+            # w+1's word while a slower thread may still read wait w's, but
+            # every wait has a barrier, so never wait w-1's.
+            h, waits = waits & 1, waits + 1
             lines.append(f"    if (threadIdx.x == 0) {{ {_wait_code(op, h, rank, channel)} }}")
             lines.append("    __syncthreads();")
             lines.append(f"    if (s_abort[{h}]) return;")
@@ -224,6 +228,10 @@ def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: Base
         elif kind != OP_NONE and not _ordered_without_barrier(moved, op, layout):
             lines.append("    __syncthreads();  // this op reads or writes elements another thread moved")
             moved = []
+        elif kind != OP_NONE and moved:
+            # No barrier, but the compiler must not move this op's loads
+            # (asm volatile, no memory clobber) above the last op's plain stores.
+            lines.append('    asm volatile("" ::: "memory");')
         if kind != OP_NONE:
             aligned, head = layout.split(op)
             lines.append(
