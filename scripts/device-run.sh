@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs compiled compiled-tests compiled-bench compiled-ab compiled-large procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs compiled compiled-tests compiled-bench compiled-ab compiled-large procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -61,6 +61,9 @@ step_check-small() {  # every reduction and dtype at counts that take the scalar
   for c in all-reduce reduce-scatter reduce; do
     timeout 100 purlin check $c --backend cupy --ranks 3,8 --strategy all --dtype all --op all --count 1,7,1001,4099 --root 0 --failed-only 2>&1 | tee -a "$OUT/check-small.log" | tail -3
   done
+}
+step_check-compiled() {  # the compiled datapath (the small-message default) through the check matrix
+  timeout ${CHECK_COMPILED_LIMIT:-300} purlin check all --backend cupy --kernel compiled --ranks 2,3,8 --strategy all --dtype float32,bfloat16,int32 --count 1,1001,16384 --root all --failed-only 2>&1 | tee "$OUT/check-compiled.log" | tail -6
 }
 step_check() {
   timeout 300 purlin check all --backend cupy --ranks 1,2,3,4,5,8 --strategy all --dtype float32,float16,bfloat16,int32 --count 1,1001,65536 --root all 2>&1 | tee "$OUT/check.log" | tail -25

@@ -71,6 +71,7 @@ BAD_INPUTS = [
     (["check", "all", "--dtype", "float8"], "unknown dtype 'float8'"),
     (["show", "all-reduce", "--dtype", "float8"], "unknown dtype 'float8'"),
     (["check", "all", "--backend", "tpu"], "unknown backend 'tpu'"),
+    (["check", "all", "--backend", "numpy", "--kernel", "compiled"], "--kernel is a datapath parameter of cupy, not of backend numpy"),
     (["check", "all", "--op", "avg"], "unknown op 'avg'"),
     (["check", "all", "--root", "x"], "--root must be whole numbers"),
     (["check", "all", "--inplace=maybe"], "--inplace takes no value or one of both, yes, no"),
@@ -95,6 +96,17 @@ BAD_INPUTS = [
 def test_bad_input_is_one_line_and_nonzero(capsys, bad_yaml, bad_template, args, fragment):
     args = [a.format(bad_yaml=bad_yaml, bad_template=bad_template) for a in args]
     assert_one_line_error(*purlin(capsys, *args), fragment)
+
+
+def test_check_takes_the_kernel_its_backend_offers_and_refuses_others():
+    from purlin_bench.backends.cupy import CupyBackend
+    from purlin_bench.cli.cmd_check import _datapath
+    from purlin_bench.errors import PurlinError
+
+    assert _datapath(CupyBackend, {"kernel": "compiled"}) == {"kernel": "compiled"}
+    assert _datapath(CupyBackend, {"kernel": None}) == {}
+    with pytest.raises(PurlinError, match="--kernel must be one of interpreted, compiled, got 'jit'"):
+        _datapath(CupyBackend, {"kernel": "jit"})
 
 
 def test_backend_cupy_without_gpu_is_one_line(capsys, monkeypatch):

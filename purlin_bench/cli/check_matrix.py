@@ -204,9 +204,10 @@ def _expand_strategies(request: Request, inst: Instance, base: Combo) -> Iterato
 class Runner:
     """Runs jobs on one backend, one measurement service per rank count."""
 
-    def __init__(self, backend: type[Backend], seed: int, gpus: tuple[int, ...] | None = None):
+    def __init__(self, backend: type[Backend], seed: int, gpus: tuple[int, ...] | None = None, exec_params: dict | None = None):
         self.backend = backend
         self.seed = seed
+        self.exec_params = dict(exec_params or {})  # the datapath asked for (--kernel), else the runner's own
         self.gpus = gpus  # one rank per GPU; rank counts then equal len(gpus)
         self.services: dict[int, MeasurementService] = {}
 
@@ -218,7 +219,7 @@ class Runner:
     def run(self, job: Job) -> Outcome:
         c = job.combo
         service = self.service(c.ranks)
-        config = RunConfig.make(c.strategy)
+        config = RunConfig.make(c.strategy, {}, self.exec_params)
         try:
             program = service.program(job.inst, config, c.dtype, c.redop, c.inplace)
         except PurlinError as exc:  # a strategy emitted a program the validator rejects: a bug to report

@@ -17,7 +17,7 @@ from purlin_bench.cli.limits import check_check
 from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, invocation, note
 from purlin_bench.cli.procs import PROCS_HELP, check_procs, launch, ranks_for
 from purlin_bench.cli.targets import many_specs
-from purlin_bench.backends import AUTO, REFERENCE, names, resolve
+from purlin_bench.backends import AUTO, REFERENCE, all_params, names, resolve
 from purlin_bench.errors import PurlinError
 
 ORDER = 30
@@ -125,11 +125,13 @@ def check(
     as_json: bool = typer.Option(False, "--json", help="Print results and summary as JSON to stdout."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="One rank per GPU: '0,1,2,3' or 'all' (cupy); replaces --ranks."),
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help=f"{all_params()['kernel'][0].help} ({', '.join(all_params()['kernel'][1])}; default: its own)."),
 ) -> None:
     """Check collectives against their reference semantics, for every
     combination of rank count, root, count, dtype, reduction, strategy and
     in-place asked for. Strategies that do not apply are n/a, not failures."""
     chosen, why = resolve(backend)
+    exec_params = _datapath(chosen, {"kernel": kernel})
     devices = gpu_devices(gpus, chosen)
     if procs is not None:
         counts = int_list(procs, "--procs", minimum=1)
@@ -154,7 +156,7 @@ def check(
     if why:
         note(why)
     start = time.perf_counter()
-    outcomes = _run_all(items, m.Runner(chosen, seed, devices), show_progress=not as_json and err_console.is_terminal)
+    outcomes = _run_all(items, m.Runner(chosen, seed, devices, exec_params), show_progress=not as_json and err_console.is_terminal)
     totals = summary(outcomes, time.perf_counter() - start, chosen.name)
     if as_json:
         print(json.dumps({"results": [o.to_dict() for o in outcomes], "summary": totals}, indent=2))
@@ -171,6 +173,19 @@ def check(
         )
     if totals["failed"] or totals["errors"]:
         raise typer.Exit(1)
+
+
+def _datapath(backend, given: dict) -> dict:
+    """The datapath parameters asked for, checked against ``backend``'s."""
+    asked = {k: v for k, v in given.items() if v is not None}
+    params = {p.name: p for p in backend.params}
+    for name, value in asked.items():
+        if name not in params:
+            raise PurlinError(f"--{name} is a datapath parameter of {', '.join(all_params()[name][1])}, not of backend {backend.name}")
+        choices = params[name].choices
+        if choices and value not in choices:
+            raise PurlinError(f"--{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+    return asked
 
 
 def register(app: typer.Typer) -> None:
