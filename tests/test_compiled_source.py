@@ -5,8 +5,6 @@ nvcc builds it without warnings or spills, and what it refuses."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import pytest
 
@@ -20,6 +18,7 @@ from purlin_bench.planner import plan
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.strategies import STRATEGIES
 from purlin_bench.backends.cupy.atoms import source_text
+from tests.nvcc_build import assert_builds_without_spills
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "reduce", "gather", "scatter")
 RANKS = (2, 3, 8)
@@ -82,17 +81,10 @@ def test_a_program_past_the_op_bound_is_refused_with_the_way_out():
 
 
 def _nvcc_builds_without_spills(source: str, where: str, arch: str, tmp_path) -> None:
-    nvcc = shutil.which("nvcc")
     options = source.splitlines()[0].removeprefix("// nvrtc ").split()
     path = tmp_path / "compiled.cu"
     path.write_text(source)
-    cmd = [nvcc, f"-arch={arch}", "-c", "-Xptxas", "-v", "-Werror", "all-warnings", *options, "-o", str(tmp_path / "compiled.o"), str(path)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    log = done.stdout + done.stderr
-    print(f"[{arch} {where}]", " | ".join(line.strip() for line in log.splitlines() if "registers" in line or "spill" in line))
-    assert done.returncode == 0, f"nvcc failed for {where}:\n{log[-3000:]}"
-    spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
-    assert spills and max(spills) == 0, f"register spills for {where}:\n{log[-2000:]}"
+    assert_builds_without_spills(path, options, arch, where, tmp_path / "compiled.o")
 
 
 @pytest.mark.nvcc
