@@ -122,6 +122,20 @@ def test_a_users_small_slices_keep_the_default_on_the_interpreter_past_the_op_bo
     assert dict(config.exec_params)["kernel"] == "interpreted"
 
 
+def test_reductions_past_the_datapaths_sources_per_step_default_to_a_ring():
+    from purlin_bench.backends.cupy.lower import MAX_SRC, flag_id, lower
+    from purlin_bench.planner import plan
+
+    for name in ("all-reduce", "reduce-scatter", "reduce"):
+        assert default_config(_at(name, 4096, ranks=MAX_SRC)).strategy != "ring"
+        for fused in (True, False):
+            inst = _at(name, 4096, ranks=MAX_SRC + 8)
+            config = default_config(inst, fused=fused)
+            assert config.strategy == "ring", (name, fused)
+            program = plan(inst, config.strategy, "float32", "sum", dict(config.plan_params), False)
+            assert len(lower(program, list(range(inst.ranks)), True, "sm", flag_id).ops)  # it lowers: no step past MAX_SRC sources
+
+
 def test_a_rank_sending_several_flows_gets_a_channel_per_flow():
     config = default_config(_at("all-to-all", 64 << 10))
     assert dict(config.plan_params)["channels"] == 8

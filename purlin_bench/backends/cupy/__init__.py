@@ -112,7 +112,13 @@ class CupyBackend(Backend):
         return {**super().environment(), **environment((self.world.device,) if self.procs else self.gpus or (0,))}
 
     def default_config(self, inst: Instance, config: RunConfig) -> RunConfig:
+        from purlin_bench.backends.cupy.lower import MAX_SRC
+
         plan = dict(config.plan_params)
+        if inst.op == "reduce" and inst.ranks > MAX_SRC and config.strategy != "ring":
+            # One step of every other strategy reduces a source per rank; the
+            # datapath takes at most MAX_SRC, a ring step two.
+            config = RunConfig.make("ring", plan)
         largest = max(*inst.in_counts, *inst.out_counts) * inst.itemsize
         small = {}
         if self.fused and largest <= COMPILED_MAX_BYTES and inst.ranks <= COMPILED_MAX_RANKS and self._compiles(inst, config):
