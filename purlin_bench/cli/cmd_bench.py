@@ -194,11 +194,7 @@ def _baselines(text: str, offered: tuple[str, ...]) -> tuple[str, ...]:
 
 def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, ranks, dtype, gpus=None) -> Choice:
     plan_overrides = {k: v for k, v in (("channels", channels), ("slice_bytes", slice_bytes)) if v is not None}
-    exec_overrides = {k: v for k, v in exec_options.items() if v is not None}
-    taken = {p.name for p in backend.params}
-    refused = [k for k in exec_overrides if k not in taken]
-    if refused:
-        raise PurlinError(f"--{refused[0]} is a datapath parameter of {', '.join(_DATAPATH[refused[0]][1])}, not of backend {backend.name}")
+    exec_overrides = common.refuse_foreign_params(backend, exec_options)
     if plan is None:
         return Choice(strategy, plan_overrides, exec_overrides)
     from purlin_bench.plans import plan_lookup

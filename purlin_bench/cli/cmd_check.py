@@ -14,7 +14,7 @@ from typer.core import TyperCommand
 
 from purlin_bench.cli import check_matrix as m
 from purlin_bench.cli.limits import check_check
-from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, invocation, note
+from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, invocation, note, refuse_foreign_params
 from purlin_bench.cli.procs import PROCS_HELP, check_procs, launch, ranks_for
 from purlin_bench.cli.targets import many_specs
 from purlin_bench.backends import AUTO, REFERENCE, all_params, names, resolve
@@ -177,14 +177,13 @@ def check(
 
 def _datapath(backend, given: dict) -> dict:
     """The datapath parameters asked for, checked against ``backend``'s."""
-    asked = {k: v for k, v in given.items() if v is not None}
+    asked = refuse_foreign_params(backend, given)
     params = {p.name: p for p in backend.params}
     for name, value in asked.items():
-        if name not in params:
-            raise PurlinError(f"--{name} is a datapath parameter of {', '.join(all_params()[name][1])}, not of backend {backend.name}")
-        choices = params[name].choices
-        if choices and value not in choices:
-            raise PurlinError(f"--{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        try:
+            params[name].check(value)
+        except PurlinError as exc:  # "kernel must be one of ...": the option's name
+            raise PurlinError(f"--{exc}") from None
     return asked
 
 

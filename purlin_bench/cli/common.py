@@ -89,6 +89,19 @@ def name_list(text: str) -> list[str]:
     return [p.strip() for p in str(text).split(",") if p.strip()]
 
 
+def refuse_foreign_params(backend, given: dict[str, Any]) -> dict[str, Any]:
+    """The datapath parameters given on the command line (None: not given),
+    or a PurlinError for the first that ``backend`` does not take."""
+    from purlin_bench.backends import all_params
+
+    asked = {k: v for k, v in given.items() if v is not None}
+    taken = {p.name for p in backend.params}
+    for name in asked:
+        if name not in taken:
+            raise PurlinError(f"--{name} is a datapath parameter of {', '.join(all_params()[name][1])}, not of backend {backend.name}")
+    return asked
+
+
 def gpu_devices(text: str | None, backend) -> list[int] | None:
     """--gpus for commands that run on ``backend`` (a Backend class):
     '0,1,2,3', or 'all' (every device the backend sees). Only backends with

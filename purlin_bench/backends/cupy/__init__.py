@@ -15,7 +15,7 @@ import numpy as np
 from purlin_bench.backends.cupy.executor import DEFAULT_TIMEOUT_S, PARAMS, CupyRunner, KernelSettings
 from purlin_bench.backends.port import Backend, TimingPolicy, check_params
 from purlin_bench.config import RunConfig
-from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.dtypes import DTYPES, resolve_dtype
 from purlin_bench.errors import ExecutionError, PurlinError
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.program.model import Program
@@ -39,8 +39,6 @@ COMPILED_MAX_BYTES = 64 << 10
 # ... and up to this many ranks, where it was measured: nvcc's sample of
 # its builds covers 8, and at 12-16 ranks the 16-bit reductions spill.
 COMPILED_MAX_RANKS = 8
-# Any dtype of each element size: a program's ops depend on the size alone.
-_DTYPE_OF_SIZE = {2: "bfloat16", 4: "float32", 8: "float64"}
 
 
 class CupyBackend(Backend):
@@ -145,7 +143,9 @@ class CupyBackend(Backend):
         from purlin_bench.backends.cupy.lower import flag_id, lower
         from purlin_bench.planner import plan
 
-        dtype, redop = _DTYPE_OF_SIZE.get(inst.itemsize, "float32"), "sum" if inst.op == "reduce" else None
+        # Any dtype of the element size: a program's ops depend on the size alone.
+        dtype = next(name for name, d in DTYPES.items() if d.itemsize == inst.itemsize)
+        redop = "sum" if inst.op == "reduce" else None
         for inplace in (False, True) if inst.inplace_refusal() is None else (False,):
             try:
                 program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
