@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs compiled compiled-tests compiled-bench compiled-ab compiled-large procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs compiled compiled-tests compiled-bench compiled-ab compiled-large procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -131,6 +131,14 @@ step_tests-core() {  # the GPU tests but the multi-process and compiled ones (st
 step_procs-check() {  # issue 14's done-means on one GPU: every collective, strategy, dtype, count and root; PROCS_N processes
   for n in ${PROCS_N:-2 4}; do
     timeout ${PROCS_CHECK_LIMIT:-200} purlin check all --procs $n --backend cupy --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/procs-check-$n.log" | tail -6
+  done
+}
+step_procs-profile() {  # issue 14: where a check with ranks in processes spends its time: each row's seconds, and cProfile of every rank under torchrun
+  local args="check all-reduce --backend cupy --strategy all --dtype float32 --count 1,65539 --json"
+  timeout ${PROCS_PROFILE_LIMIT:-80} python3 -m torch.distributed.run --nproc-per-node 2 --no-python \
+    bash -c "exec python3 -m cProfile -o \"$OUT/prof-2-\$RANK.pstats\" -m purlin_bench.cli.main $args > \"$OUT/prof-2-\$RANK.json\"" 2>&1 | tail -4
+  for n in ${PROCS_PROFILE_N:-4}; do
+    ( time timeout ${PROCS_PROFILE_LIMIT:-80} purlin $args --procs $n > "$OUT/rows-$n.json" ) 2>&1 | tail -6
   done
 }
 step_procs() {  # issue 14 on one GPU: bench, a killed rank, the torch example under torchrun, purlin under torchrun

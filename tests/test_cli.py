@@ -200,6 +200,20 @@ def test_check_runs_the_matrix_and_reports_na(capsys):
     assert len(data["results"]) == summary["passed"] + summary["not_applicable"]
 
 
+def test_check_without_a_terminal_says_how_far_it_got_and_times_each_row(capsys, monkeypatch):
+    from purlin_bench.cli import cmd_check
+
+    monkeypatch.setattr(cmd_check, "PROGRESS_LINE_S", 0.0)  # a line after every row but the last
+    code, out, err = purlin(capsys, "check", "all-gather", "--ranks", "2,3", "--count", "1,5", "--json")
+    assert code == 0
+    rows = json.loads(out)["results"]
+    ran = [r for r in rows if r["status"] != "n/a"]
+    assert ran and all(r["seconds"] is not None and r["seconds"] >= 0 for r in ran)
+    lines = [line for line in err.splitlines() if "checked" in line]
+    assert len(lines) == len(ran) - 1, err
+    assert lines[0].startswith("note: checked 1 of ") and "0 failed" in lines[0]
+
+
 def test_check_table_and_inplace_modes(capsys):
     code, out, _ = purlin(capsys, "check", "reduce", "--ranks", "2", "--strategy", "ring", "--op", "max", "--inplace")
     assert code == 0

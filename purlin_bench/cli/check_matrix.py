@@ -11,6 +11,7 @@ keeps one measurement service per rank count.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Iterator, Sequence
 
@@ -64,6 +65,8 @@ class Outcome:
     wrong: int | None = None
     total: int | None = None
     note: str = ""
+    seconds: float | None = None  # how long the combination took to plan, run and compare
+
 
     @property
     def failed(self) -> bool:
@@ -85,6 +88,7 @@ class Outcome:
             "wrong": self.wrong,
             "elements": self.total,
             "note": self.note,
+            "seconds": None if self.seconds is None else round(self.seconds, 4),
         }
 
 
@@ -217,6 +221,11 @@ class Runner:
         return self.services[ranks]
 
     def run(self, job: Job) -> Outcome:
+        start = time.perf_counter()
+        outcome = self._run(job)
+        return replace(outcome, seconds=time.perf_counter() - start)
+
+    def _run(self, job: Job) -> Outcome:
         c = job.combo
         service = self.service(c.ranks)
         config = RunConfig.make(c.strategy, {}, self.exec_params)

@@ -23,6 +23,7 @@ from purlin_bench.errors import PurlinError
 ORDER = 30
 # Below this many runs a progress bar only flickers.
 PROGRESS_MIN_JOBS = 20
+PROGRESS_LINE_S = 30.0
 _INPLACE_WORDS = {"both": (False, True), "yes": (True,), "no": (False,)}
 
 
@@ -95,6 +96,11 @@ def _run_all(items: list, runner: m.Runner, show_progress: bool) -> list[m.Outco
     jobs = sum(isinstance(item, m.Job) for item in items)
     outcomes: list[m.Outcome] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    # Without a terminal (a log, CI, a run cut by a time limit) a line now and
+    # then says how far the check got; the bar would print nothing.
+    lines = not err_console.is_terminal and jobs >= PROGRESS_MIN_JOBS
+    start = last_line = time.perf_counter()
+    done = 0
     with Progress(*columns, console=err_console, transient=True, disable=not show_progress or jobs < PROGRESS_MIN_JOBS) as progress:
         task = progress.add_task("checking", total=jobs)
         for item in items:
@@ -105,6 +111,12 @@ def _run_all(items: list, runner: m.Runner, show_progress: bool) -> list[m.Outco
             progress.update(task, description=f"{c.collective} R={c.ranks} {c.strategy} {c.dtype}")
             outcomes.append(runner.run(item))
             progress.advance(task)
+            done += 1
+            now = time.perf_counter()
+            if lines and now - last_line >= PROGRESS_LINE_S and done < jobs:
+                last_line = now
+                failed = sum(o.failed for o in outcomes)
+                note(f"checked {done} of {jobs} in {now - start:.0f} s, {failed} failed (last: {c.collective} R={c.ranks} {c.strategy} {c.dtype} count {c.count})")
     return outcomes
 
 
