@@ -152,7 +152,7 @@ step_procs() {  # issue 14 on one GPU: bench, a killed rank, the torch example u
 }
 step_compiled() { step_compiled-tests; step_compiled-bench; }
 step_compiled-tests() {  # issue 16: the compiled datapath on the GPU, checked like the interpreter
-  timeout ${COMPILED_TESTS_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 200 --maxfail 5 -rfE tests/test_gpu_compiled.py 2>&1 | tee "$OUT/compiled-tests.log" | tail -12
+  timeout ${COMPILED_TESTS_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 200 --maxfail 5 -rfE -k "${COMPILED_TESTS_K:-not nothing}" tests/test_gpu_compiled.py 2>&1 | tee "$OUT/compiled-tests.log" | tail -12
 }
 step_compiled-bench() {  # issue 16: the compiled kernel timed beside the default (interpreted), torch and CuPy
   for d in float32 bfloat16; do  # the compiled kernel beside the default (interpreted) and CuPy, in one process

@@ -118,3 +118,25 @@ def test_a_group_gets_no_more_blocks_than_its_largest_op_has_vectors_per_thread(
     assert useful_blocks([low], 4, threads) == blocks
     # an op smaller than one vector still needs a block
     assert useful_blocks([lower(_program("all-gather", "push", count=1), list(range(8)), fused=True, datapath="sm", flag_address=_addr)], 4, 512) == 1
+
+
+@pytest.mark.parametrize("name", ["broadcast", "gather", "scatter", "reduce"])
+def test_every_process_of_a_run_sizes_its_blocks_by_every_ranks_ops(name):
+    """A waiter needs epoch x its own block count: a peer process that sized
+    its launch by its own ops (none, for a broadcast's non-root) sent too few
+    notifies, and rooted collectives past a few KiB timed out."""
+    from purlin_bench.backends.cupy.executor import copies_only, data_blocks, sizing_lowerings
+    from purlin_bench.strategies import STRATEGIES
+
+    uneven = 0
+    for strategy in STRATEGIES:
+        for count in (1001, 4096, 65539):
+            program = _program(name, strategy, ranks=2, count=count)
+            per_rank = sizing_lowerings(program, False, "sm")
+            assert len(per_rank) == 2
+            own = [data_blocks([low], 4, 8192) for low in per_rank]
+            uneven += len(set(own)) > 1
+            fused = sizing_lowerings(program, True, "sm")
+            assert data_blocks(per_rank, 4, 8192) == data_blocks(fused, 4, 8192) == max(own)
+            assert copies_only(per_rank) == copies_only(fused)
+    assert uneven, "the case this guards: ranks whose own ops want different counts"

@@ -300,3 +300,14 @@ def test_check_on_one_gpu_with_ranks_in_processes(procs):
     done = purlin("check", "all", "--procs", str(procs), "--backend", "cupy", "--strategy", "all", "--dtype", "float32,bfloat16,int32", "--count", "1,1001,65539", "--root", "all", "--failed-only", timeout=280)
     assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     assert "all passed" in done.stdout and " 0 wrong, 0 errors" in done.stdout
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("collective", ["broadcast", "gather", "scatter", "reduce"])
+def test_rooted_collectives_with_ranks_in_processes_on_one_gpu(collective):
+    """The root has the data and its peers little or none: every process
+    must still launch the same blocks a group (their notifies count them)."""
+    done = purlin("check", collective, "--procs", "2", "--backend", "cupy", "--strategy", "all", "--count", "4096,65539", "--root", "all", "--failed-only", timeout=150)
+    assert done.returncode == 0, done.stderr + done.stdout[-3000:]
+    assert "all passed" in done.stdout and " 0 wrong, 0 errors" in done.stdout

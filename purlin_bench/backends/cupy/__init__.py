@@ -212,14 +212,12 @@ class CupyBackend(Backend):
         device to cap it by), and the build options it compiles with."""
         from purlin_bench.backends.cupy.atoms import compile_options, source_text
         from purlin_bench.backends.cupy.compiled import BaseLayout, generate
-        from purlin_bench.backends.cupy.executor import MAX_BLOCKS, copies_only
-        from purlin_bench.backends.cupy.lower import flag_id, lower
+        from purlin_bench.backends.cupy.executor import copies_only, data_blocks, sizing_lowerings
 
         checked = check_params(type(self), params)
-        low = lower(program, list(range(program.ranks)), True, checked["datapath"], flag_id)
+        low = sizing_lowerings(program, True, checked["datapath"])[0]
         itemsize = resolve_dtype(program.dtype)[1].itemsize
-        work = (low.ops["count"] * (low.ops["nsrc"] + low.ops["ndst"])).max() if len(low.ops) else 0
-        auto = int(min(MAX_BLOCKS, max(1, -(-int(work) * itemsize // self.settings.auto_block_bytes))))
+        auto = data_blocks([low], itemsize, self.settings.auto_block_bytes)
         blocks = min(checked["blocks"], auto) if checked["blocks"] else auto
         options = compile_options(program.dtype, program.redop or "sum", checked["unroll"], checked["threads"], False, self.settings.copy_only_build and copies_only([low]), self.settings.defines())
         return f"// nvrtc {' '.join(options)}\n" + generate(low, program.ranks, blocks, source_text(), BaseLayout.of(program, itemsize))

@@ -92,6 +92,27 @@ def useful_blocks(lowered: Sequence[Lowered], itemsize: int, threads: int) -> in
     return max(1, -(-largest * itemsize // (threads * 16)))
 
 
+def data_blocks(lowered: Sequence[Lowered], itemsize: int, block_bytes: int) -> int:
+    """The automatic block count before any occupancy cap: one block per
+    ``block_bytes`` of the largest op's traffic (its sources and
+    destinations), at most MAX_BLOCKS."""
+    work = max((int((low.ops["count"] * (low.ops["nsrc"] + low.ops["ndst"])).max()) for low in lowered if len(low.ops)), default=0)
+    return int(min(MAX_BLOCKS, max(1, -(-work * itemsize // block_bytes))))
+
+
+def sizing_lowerings(program: Program, fused: bool, datapath: str) -> list[Lowered]:
+    """What a runner sizes its blocks and picks its kernel by: the fused
+    launch, or with one launch per rank every rank's own, never only this
+    process's. Each notify flag counts all of a group's blocks and a waiter
+    expects its own count, so every process of a run needs the same one: a
+    broadcast's root has data to move and its peers none, and sized by its
+    own ops alone a peer launched one block where the root waited for eight
+    (every rooted collective past 8 KiB timed out with ranks in processes)."""
+    if fused:
+        return [lower(program, list(range(program.ranks)), True, datapath, flag_id)]
+    return [lower(program, [r], False, datapath, flag_id) for r in range(program.ranks)]
+
+
 def _np_storage(dtype: np.dtype) -> np.dtype:
     """CuPy has no bfloat16: device arrays of it are held as uint16 bits."""
     return np.dtype(np.uint16) if dtype.name == "bfloat16" else dtype
@@ -146,13 +167,15 @@ class CupyRunner:
 
         launch_ranks = [list(range(R))] if world.fused else [[r] for r in world.local_ranks]
         lowered = [lower(program, ranks, world.fused, datapath, flag_address) for ranks in launch_ranks]
-        self.copy_only = settings.copy_only_build and copies_only(lowered)
+        sizing = lowered if world.fused else sizing_lowerings(program, False, datapath)
+        # The same kernel variant on every process: its registers bound the blocks.
+        self.copy_only = settings.copy_only_build and copies_only(sizing)
         # A requested count is a ceiling: the larger of what the data can use
         # and the automatic count. The automatic count is not cut to the data:
         # the few idle blocks it leaves in 64-256 KiB reductions measured
         # 1-4% faster than none (docs/perf/survey/blocks-ab.log).
-        auto = self._auto_blocks(lowered)
-        ceiling = max(auto, useful_blocks(lowered, self.itemsize, threads)) if settings.cap_blocks else MAX_BLOCKS
+        auto = self._auto_blocks(sizing)
+        ceiling = max(auto, useful_blocks(sizing, self.itemsize, threads)) if settings.cap_blocks else MAX_BLOCKS
         self.blocks = min(blocks, ceiling) if blocks else auto
         self.launches = [_Launch(self, ranks, low) for ranks, low in zip(launch_ranks, lowered) if low.group_count or low.ce_copies]
         self._check_coresidency()
@@ -183,14 +206,11 @@ class CupyRunner:
         return kernel
 
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
-        biggest = 0
-        for low in lowered:
-            if len(low.ops):
-                work = low.ops["count"] * (low.ops["nsrc"] + low.ops["ndst"])
-                biggest = max(biggest, int(work.max()) * self.itemsize)
+        # The most groups one launch has: with a launch per rank, each is
+        # alone on its device (or time-sliced), so its own groups must fit.
         groups = max((low.group_count for low in lowered), default=1) or 1
         cap = max(1, self._capacity(self.world.devices[0]) // groups)
-        return int(min(MAX_BLOCKS, cap, max(1, -(-biggest // self.settings.auto_block_bytes))))
+        return min(cap, data_blocks(lowered, self.itemsize, self.settings.auto_block_bytes))
 
     def _capacity(self, device: int) -> int:
         """How many blocks of this kernel fit on ``device`` at once (an
