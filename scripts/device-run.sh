@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs compiled compiled-tests compiled-bench compiled-ab compiled-large procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs compiled compiled-tests compiled-bench compiled-ab compiled-large procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -140,6 +140,16 @@ step_procs-profile() {  # issue 14: where a check with ranks in processes spends
   for n in ${PROCS_PROFILE_N:-4}; do
     ( time timeout ${PROCS_PROFILE_LIMIT:-80} purlin $args --procs $n > "$OUT/rows-$n.json" ) 2>&1 | tail -6
   done
+}
+step_procs-stacks() {  # issue 14: bench --procs on cupy printed nothing for 90-150 s; every process's Python stack after PROCS_STACKS_S s, then the GPU bench test
+  PYTHONFAULTHANDLER=1 python3 -m purlin_bench.cli.main bench all-reduce --procs 2 --backend cupy -b 8 -e 1K -f 16 -n 3 -w 1 -G 1 --baseline nccl,default >"$OUT/procs-stacks.log" 2>&1 &
+  local pid=$! i
+  for i in $(seq ${PROCS_STACKS_S:-45}); do sleep 1; kill -0 $pid 2>/dev/null || break; done
+  if kill -0 $pid 2>/dev/null; then  # SIGABRT: faulthandler prints every thread's stack, in the launcher and in each rank
+    pkill -ABRT -f "purlin_bench bench all-reduce --backend cupy" ; sleep 2; pkill -ABRT -f "purlin_bench.cli.main bench"; sleep 3; kill $pid 2>/dev/null
+  fi
+  wait $pid; tail -120 "$OUT/procs-stacks.log"
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 190 -rfE tests/test_procs.py -k "one_gpu and bench" 2>&1 | tail -8
 }
 step_procs() {  # issue 14 on one GPU: bench, a killed rank, the torch example under torchrun, purlin under torchrun
   timeout 90 purlin bench all-reduce --procs 2 --backend cupy -b 8 -e 1M -f 8 -n 5 -w 1 -G 3 --baseline nccl,default 2>&1 | tee "$OUT/procs-bench.log" | tail -14

@@ -66,6 +66,21 @@ def test_bench_prints_the_nccl_tests_columns_once_from_rank_0(tmp_path):
     assert all(r[side]["nwrong"] == 0 for r in data["results"] for side in ("out_of_place", "in_place"))
 
 
+@pytest.mark.gpu
+@pytest.mark.timeout(200)
+def test_bench_on_one_gpu_with_ranks_in_processes_skips_nccl_and_says_why(tmp_path):
+    out = tmp_path / "bench.json"
+    done = purlin("bench", "all-reduce", "--procs", "2", "--backend", "cupy", "-b", "8", "-e", "1K", "-f", "16", "-n", "3", "-w", "1", "-G", "1",
+                  "--baseline", "nccl,default", "--json", str(out), "--format", "nccl-tests", timeout=180)
+    assert done.returncode == 0, done.stderr + done.stdout[-3000:]
+    header = [line for line in done.stdout.splitlines() if "redop" in line]
+    assert len(header) == 1 and "#wrong" in header[0], done.stdout
+    assert "baseline nccl did not run: NCCL refuses two ranks on one GPU" in done.stderr, done.stderr
+    data = json.loads(out.read_text())
+    assert data["environment"]["procs"] == 2 and len(data["results"]) == 2  # 8 B and 128 B
+    assert all(r[side]["nwrong"] == 0 for r in data["results"] for side in ("out_of_place", "in_place"))
+
+
 @pytest.mark.timeout(200)
 def test_tune_writes_a_plan_for_the_process_layout(tmp_path):
     done = purlin("tune", "all-reduce", "--procs", "2", "--backend", "numpy", "--out", str(tmp_path), "--trials", "3", "--dtype", "float32", "--sizes", "1K", "--confirm", "1")

@@ -184,10 +184,9 @@ class CupyBackend(Backend):
         return measure_copy_bandwidth(self.world.devices)
 
     def baselines(self) -> tuple[str, ...]:
-        if self.procs is not None:
-            # NCCL refuses two ranks on one GPU.
-            return () if self.world.shared_gpu else ("nccl",)
-        if not self.fused:
+        if self.procs is not None or not self.fused:
+            # With ranks sharing a GPU, NCCL refuses them: the baseline then
+            # says so where it is made (NcclBaseline) and the row goes on without it.
             return ("nccl",)
         # The strongest first: the shortest torch code beats the op-per-rank CuPy code.
         return ("torch", "cupy") if _has_torch() else ("cupy",)
