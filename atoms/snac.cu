@@ -119,8 +119,15 @@ __device__ __forceinline__ uint4 ld_vec(const void* p) {
     asm volatile("ld.global.cg" PURLIN_LD_HINT ".v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
+// PURLIN_ST_HINT: an optional qualifier for vector stores, e.g. ".cs" (streaming:
+// evict first) or ".L1::no_allocate": a fan-out writes each vector it reads to
+// every consumer, so its traffic is almost all stores. Any hint keeps stores
+// coherent at L2, where the release of the notify that follows orders them.
+#ifndef PURLIN_ST_HINT
+#define PURLIN_ST_HINT ""
+#endif
 __device__ __forceinline__ void st_vec(void* p, uint4 v) {
-    asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    asm volatile("st.global" PURLIN_ST_HINT ".v4.u32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 template <class S> __device__ __forceinline__ S ld_one(const S* p);
 template <> __device__ __forceinline__ float ld_one<float>(const float* p) { float v; asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v; }

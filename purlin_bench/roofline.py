@@ -31,3 +31,16 @@ class Bandwidth:
         if self.kind == "local":
             return min_bytes(inst) / self.bytes_per_s * 1e6
         return size_bytes * inst.busbw_factor() / self.bytes_per_s * 1e6
+
+
+def fanout_share(copy_rate: float, write_rate: float, consumers: int) -> float:
+    """The share of the copy floor a 1-to-``consumers`` fan-out can reach
+    when device memory writes alone run at ``write_rate`` (bytes/s) and a
+    copy at ``copy_rate`` (bytes read plus written a second): reads then run
+    at r with 2/copy = 1/r + 1/write, and the fan-out of S bytes takes at
+    least S/r + consumers*S/write against the floor's (1 + consumers)*S/copy.
+    A copy (one consumer) is at its floor by definition."""
+    if copy_rate <= 0 or write_rate <= 0 or consumers < 1:
+        raise ValueError("rates must be positive and consumers at least 1")
+    read_time = max(0.0, 2 / copy_rate - 1 / write_rate)  # seconds a byte read takes
+    return (1 + consumers) / copy_rate / (read_time + consumers / write_rate)

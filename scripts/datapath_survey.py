@@ -47,6 +47,15 @@ SETS = {
         "all-reduce:bfloat16:256M:two-shot", "all-reduce:bfloat16:256M:two-shot:unroll=4",
         "reduce-scatter:bfloat16:256M:direct", "reduce-scatter:bfloat16:256M:direct:unroll=4",
     ],
+    # Fan-outs at 85-87% of the floor (issue 16): the strategies and unrolls
+    # a default could take at 256 MiB, with all-to-all (one
+    # consumer a flow, at 93-105%) as the control (scripts/fanout_probe.py
+    # measures the write rate these are bound by).
+    "fanout": [
+        f"{c}:float32:256M:{st}{x}"
+        for c, st in (("all-gather", "push"), ("all-gather", "two-shot"), ("broadcast", "direct"), ("broadcast", "two-shot"), ("all-to-all", "push"))
+        for x in ("", ":unroll=4", ":channels=2")
+    ],
     # Small and mid messages: latency of the candidates for the defaults.
     "small": [
         "broadcast:float32:8,1K,64K,1M,16M:direct", "broadcast:float32:8,1K,64K,1M,16M:two-shot",

@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs compiled compiled-tests compiled-bench compiled-ab compiled-large procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs compiled compiled-tests compiled-bench compiled-ab compiled-large fanout procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -176,6 +176,10 @@ step_compiled-large() {  # issue 16: 16 B .. 1 GiB, the compiled kernel beside t
   for d in ${DTYPES:-float32}; do
     timeout ${COMPILED_LARGE_LIMIT:-200} purlin bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --kernel compiled --baseline torch,default --no-inplace --json "$OUT/compiled-large-$d.json" 2>&1 | tee "$OUT/compiled-large-$d.log" | grep -E "^# (Speed|Avg|build)|rror|^[a-z-]+  \(" | tail -30
   done
+}
+step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the floor: the write rate, then the store hints side by side
+  timeout 60 python3 scripts/fanout_probe.py 2>&1 | tee "$OUT/fanout-probe.log"
+  timeout ${FANOUT_AB_LIMIT:-200} python3 scripts/kernel_ab.py --set fanout --variant now --variant now-st-cs --variant now-st-no-l1 --reps 7 --json "$OUT/fanout-ab.json" 2>&1 | tee "$OUT/fanout-ab.log"
 }
 step_procs-short() {  # issue 14 in four minutes: the torch example, a killed rank on the GPU, the compiled kernel beside the interpreter
   timeout 110 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 2>&1 | tee "$OUT/procs-tp-mlp.log" | tail -8

@@ -38,6 +38,9 @@ VARIANTS = {
     "now-no-shared-bases": KernelSettings(shared_bases=False),
     "now-no-short": KernelSettings(short_reduce=False, short_batch=1),
     "now-uncapped-blocks": KernelSettings(cap_blocks=False),
+    # Fan-outs (all-gather, broadcast) are almost all stores: the store hints.
+    "now-st-cs": KernelSettings(st_hint=".cs"),
+    "now-st-no-l1": KernelSettings(st_hint=".L1::no_allocate"),
 }
 
 

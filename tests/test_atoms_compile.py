@@ -33,3 +33,22 @@ def test_atoms_compile_without_warnings_or_spills(arch, tmp_path):
     for k, (dtype, redop, unroll, threads, copy_only) in enumerate(VARIANTS):
         options = compile_options(dtype, redop, unroll, threads, sys_scope=bool(k % 2), copy_only=copy_only)
         assert_builds_without_spills(source, list(options), arch, f"{dtype}/{redop} unroll={unroll} threads={threads} copy_only={copy_only}", tmp_path / "snac.o")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("hint", [".cs", ".L1::no_allocate"])
+def test_the_fan_out_store_hints_build_and_reach_every_vector_store(hint, tmp_path):
+    """The A/B switches of scripts/kernel_ab.py's store variants: each builds
+    without spills, and every 16-byte store of the copy path carries it."""
+    import re
+    import shutil
+    import subprocess
+
+    source = data_dir("atoms") / "snac.cu"
+    options = [*compile_options("float32", "sum", 4, 512, sys_scope=False, copy_only=True), f'-DPURLIN_ST_HINT="{hint}"']
+    assert_builds_without_spills(source, options, "sm_90", f"st hint {hint}", tmp_path / "snac.o")
+    ptx = tmp_path / "snac.ptx"
+    done = subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-ptx", *options, "-o", str(ptx), str(source)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    stores = re.findall(r"\bst\.global(\S*)\.v4\.u32", ptx.read_text())
+    assert stores and all(q == hint for q in stores), sorted(set(stores))

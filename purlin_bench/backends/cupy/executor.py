@@ -53,6 +53,7 @@ class KernelSettings:
     # in shared memory, and how many sources a small reduction loads per
     # round (None: the kernel's own choice per dtype).
     ld_hint: str = ""
+    st_hint: str = ""  # the same for vector stores (e.g. ".cs"): an experiment of the fan-outs' bandwidth
     short_reduce: bool = True
     shared_bases: bool = True
     short_batch: int | None = None
@@ -60,6 +61,7 @@ class KernelSettings:
     def defines(self) -> tuple[str, ...]:
         """The nvrtc options these settings add to a variant's build."""
         out = [f'-DPURLIN_LD_HINT="{self.ld_hint}"'] if self.ld_hint else []
+        out += [f'-DPURLIN_ST_HINT="{self.st_hint}"'] if self.st_hint else []
         out += [] if self.short_reduce else ["-DPURLIN_SHORT_REDUCE=0"]
         out += [] if self.shared_bases else ["-DPURLIN_SHARED_BASES=0"]
         out += [] if self.short_batch is None else [f"-DSHORT_BATCH={self.short_batch}"]
