@@ -326,3 +326,34 @@ def test_rooted_collectives_with_ranks_in_processes_on_one_gpu(collective):
     done = purlin("check", collective, "--procs", "2", "--backend", "cupy", "--strategy", "all", "--count", "4096,65539", "--root", "all", "--failed-only", timeout=150)
     assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     assert "all passed" in done.stdout and " 0 wrong, 0 errors" in done.stdout
+
+
+@pytest.mark.timeout(60)
+def test_the_run_opens_with_every_ranks_collective_setup_in_one_command(tmp_path, monkeypatch):
+    """A part's collective setup (the CUDA IPC world's device exchange) runs
+    on every rank in the open command: made lazily by rank 0's first local
+    call (the floor's copy bandwidth), it waited for workers that were
+    waiting for a command, and bench --procs on a GPU printed nothing."""
+    from purlin_bench.backends import procs as procs_mod
+    from purlin_bench.backends.numpy import NumpyBackend
+
+    joined = []
+
+    def join_run(self):
+        self.procs.group.barrier("test-join", timeout_s=5)  # a DistError unless both ranks are here
+        joined.append(self.procs.rank)
+
+    monkeypatch.setattr(NumpyBackend, "join_run", join_run)
+    monkeypatch.setattr(procs_mod, "_sequence", [0])  # this run's commands start at 1, as a fresh process's do
+    monkeypatch.setattr(procs_mod, "_drivers", {})
+    server, procs = _two_ranks(tmp_path, 10)
+    codes = []
+    worker = threading.Thread(target=lambda: codes.append(procs_mod.serve(procs[1])))
+    worker.start()
+    driver = procs_mod.drive(NumpyBackend, procs[0])
+    assert sorted(joined) == [0, 1]
+    assert "2 processes" in driver.describe()  # rank 0's local calls need no peer
+    procs_mod._send(procs[0], ("exit",))
+    worker.join(10)
+    assert codes == [0]
+    server.close()

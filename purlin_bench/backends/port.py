@@ -187,6 +187,12 @@ class Backend(ABC):
         """Build ahead what a runner would build on first use; how many."""
         return 0
 
+    def join_run(self) -> None:
+        """With ranks in processes: this rank's collective setup (what every
+        rank must do together, such as exchanging device handles). Every rank
+        runs it in the command that opens the run; set up later, on rank 0's
+        first local call, it would wait for peers that are not listening."""
+
     def copy_bandwidth(self) -> Bandwidth | None:
         """The copy bandwidth under a collective's floor, measured now."""
         return None

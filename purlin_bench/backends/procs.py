@@ -198,7 +198,7 @@ class Driver(Backend):
         self.candidates: dict[Any, Any] = {}  # key -> this rank's candidate
         self._runners: dict[int, Runner] = {}  # id -> this rank's runner, while open
         self.lost: str | None = None
-        self._command(("open", self.part_class.name, seed), "open")
+        self._command(("open", self.part_class.name, seed), "open", self.part.join_run)
 
     def _command(self, command: tuple, what: str, local: Callable[[], Any] | None = None) -> list[Any]:
         """Send ``command`` to every worker, run ``local`` here meanwhile,
@@ -420,6 +420,7 @@ def serve(procs: Procs) -> int:
             if op == "open":
                 if part is None or part.name != command[1]:
                     part = backend_class(command[1])(procs.size, None, command[2], procs=procs)
+                    part.join_run()
                 answer: Any = None
             else:
                 answer = _handle(part, runners, candidates, procs, command)

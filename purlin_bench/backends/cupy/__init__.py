@@ -76,6 +76,13 @@ class CupyBackend(Backend):
 
         return int(cupy.cuda.runtime.getDeviceCount())
 
+    def join_run(self) -> None:
+        # The CUDA IPC world exchanges every rank's device over the group:
+        # made lazily by rank 0's copy_bandwidth(), it waited 600 s for
+        # workers that were waiting for a command.
+        if self.procs is not None:
+            _ = self.world
+
     @property
     def world(self):
         from purlin_bench.backends.cupy.world import World
