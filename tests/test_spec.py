@@ -271,3 +271,19 @@ def test_requires_restricts_rank_counts(tmp_path):
     assert spec.supports_ranks(4) and not spec.supports_ranks(3)
     with pytest.raises(SpecError, match=r"does not support 3 ranks \(requires R % 2 == 0\)"):
         instantiate(spec, 3, 8, 4)
+
+
+@pytest.mark.parametrize("path", [None, "examples/ring-shift.yaml"])
+def test_an_instance_pickles_to_the_same_semantics(path):
+    """Rank 0 of a run sends instances to the other ranks (the NCCL
+    baseline's command): a spec's expressions travel as their text."""
+    import pickle
+
+    specs = [load_builtin(n) for n in BUILTINS] if path is None else [resolve(str(Path(__file__).resolve().parent.parent / path))]
+    for spec in specs:
+        inst = instantiate(spec, 4, 33, 4, root=1) if spec.rooted else instantiate(spec, 4, 33, 4)
+        back = pickle.loads(pickle.dumps(inst))
+        inputs = [np.arange(c, dtype=np.float32) + 100 * r for r, c in enumerate(inst.in_counts)]
+        assert back.in_counts == inst.in_counts and back.out_counts == inst.out_counts and back.root == inst.root
+        expected = inst.reference(inputs, spec.redop)
+        assert all(np.array_equal(a, b) for a, b in zip(back.reference(inputs, spec.redop), expected)), spec.name

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 Value = int | float | bool
@@ -49,7 +49,7 @@ class Expr:
 
     text: str
     names: frozenset[str]
-    _run: Evaluator
+    _run: Evaluator = field(compare=False)  # the same text reads the same
 
     def __call__(self, env: Env) -> Value:
         try:
@@ -67,6 +67,11 @@ class Expr:
 
     def bool(self, env: Env) -> bool:
         return bool(self(env))
+
+    def __reduce__(self):
+        # The closure cannot be pickled; the text parses back to the same
+        # expression (an Instance goes to every rank of a run so).
+        return (parse, (self.text, self.names))
 
 
 def _show_env(env: Env, names: frozenset[str]) -> str:
