@@ -39,7 +39,9 @@ def fanout_share(copy_rate: float, write_rate: float, consumers: int) -> float:
     copy at ``copy_rate`` (bytes read plus written a second): reads then run
     at r with 2/copy = 1/r + 1/write, and the fan-out of S bytes takes at
     least S/r + consumers*S/write against the floor's (1 + consumers)*S/copy.
-    A copy (one consumer) is at its floor by definition."""
+    A copy (one consumer) is at its floor by definition; writes faster
+    than a copy's mix give more than 1, and below half its rate the reads
+    would have to be free (their time is taken as 0)."""
     if copy_rate <= 0 or write_rate <= 0 or consumers < 1:
         raise ValueError("rates must be positive and consumers at least 1")
     read_time = max(0.0, 2 / copy_rate - 1 / write_rate)  # seconds a byte read takes

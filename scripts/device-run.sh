@@ -146,7 +146,7 @@ step_procs-stacks() {  # issue 14: bench --procs on cupy printed nothing for 90-
   local pid=$! i
   for i in $(seq ${PROCS_STACKS_S:-45}); do sleep 1; kill -0 $pid 2>/dev/null || break; done
   if kill -0 $pid 2>/dev/null; then  # SIGABRT: faulthandler prints every thread's stack, in the launcher and in each rank
-    pkill -ABRT -f "purlin_bench bench all-reduce --backend cupy" ; sleep 2; pkill -ABRT -f "purlin_bench.cli.main bench"; sleep 3; kill $pid 2>/dev/null
+    pkill -ABRT -P $pid; sleep 2; kill -ABRT $pid 2>/dev/null; sleep 3; kill $pid 2>/dev/null
   fi
   wait $pid; tail -120 "$OUT/procs-stacks.log"
   timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 190 -rfE tests/test_procs.py -k "one_gpu and bench" 2>&1 | tail -8

@@ -214,6 +214,18 @@ def test_check_without_a_terminal_says_how_far_it_got_and_times_each_row(capsys,
     assert lines[0].startswith("note: checked 1 of ") and "0 failed" in lines[0]
 
 
+def test_a_baseline_the_layout_refuses_is_left_out_with_a_note(capsys):
+    from purlin_bench.cli.cmd_bench import _baselines
+    from purlin_bench.errors import PurlinError
+
+    refused = {"nccl": "NCCL refuses two ranks on one GPU"}
+    assert _baselines("nccl,default", (), refused) == ("default",)
+    assert "baseline nccl left out: NCCL refuses two ranks on one GPU" in capsys.readouterr().err
+    assert _baselines("auto", (), refused) == ()  # no strongest one here, and nothing to say
+    with pytest.raises(PurlinError, match="unknown baseline 'torch'"):
+        _baselines("torch", (), refused)
+
+
 def test_check_table_and_inplace_modes(capsys):
     code, out, _ = purlin(capsys, "check", "reduce", "--ranks", "2", "--strategy", "ring", "--op", "max", "--inplace")
     assert code == 0

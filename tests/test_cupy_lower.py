@@ -140,3 +140,20 @@ def test_every_process_of_a_run_sizes_its_blocks_by_every_ranks_ops(name):
             assert data_blocks(per_rank, 4, 8192) == data_blocks(fused, 4, 8192) == max(own)
             assert copies_only(per_rank) == copies_only(fused)
     assert uneven, "the case this guards: ranks whose own ops want different counts"
+
+
+def test_show_source_and_the_runner_size_a_requested_block_count_alike():
+    """A requested count is a ceiling at the larger of the data's use and the
+    automatic count, for the runner and for `purlin show --source` alike."""
+    from purlin_bench.backends.cupy import CupyBackend
+    from purlin_bench.backends.cupy.executor import data_blocks, group_blocks, useful_blocks
+
+    assert group_blocks(0, 4, 16) == 4
+    assert group_blocks(32, 4, 16) == 16 and group_blocks(8, 4, 16) == 8 and group_blocks(2, 4, 16) == 2
+    assert group_blocks(32, 4, 16, cap_blocks=False) == 32
+    program = _program("scatter", "direct", ranks=8, count=16384)  # single-source copies: the data can use more than auto
+    low = lower(program, list(range(8)), True, "sm", _addr)
+    auto, useful = data_blocks([low], 4, 8192), useful_blocks([low], 4, 128)
+    assert useful > auto  # the case where the two used to differ
+    source = CupyBackend(8).source(program, blocks=32, threads=128, kernel="compiled")
+    assert f" {group_blocks(32, auto, useful)} blocks a group" in source and group_blocks(32, auto, useful) > auto

@@ -68,14 +68,14 @@ def test_bench_prints_the_nccl_tests_columns_once_from_rank_0(tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.timeout(200)
-def test_bench_on_one_gpu_with_ranks_in_processes_skips_nccl_and_says_why(tmp_path):
+def test_bench_on_one_gpu_with_ranks_in_processes_leaves_nccl_out_and_says_why(tmp_path):
     out = tmp_path / "bench.json"
     done = purlin("bench", "all-reduce", "--procs", "2", "--backend", "cupy", "-b", "8", "-e", "1K", "-f", "16", "-n", "3", "-w", "1", "-G", "1",
                   "--baseline", "nccl,default", "--json", str(out), "--format", "nccl-tests", timeout=180)
     assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     header = [line for line in done.stdout.splitlines() if "redop" in line]
     assert len(header) == 1 and "#wrong" in header[0], done.stdout
-    assert "baseline nccl did not run: NCCL refuses two ranks on one GPU" in done.stderr, done.stderr
+    assert "baseline nccl left out: NCCL refuses two ranks on one GPU" in done.stderr, done.stderr
     data = json.loads(out.read_text())
     assert data["environment"]["procs"] == 2 and len(data["results"]) == 2  # 8 B and 128 B
     assert all(r[side]["nwrong"] == 0 for r in data["results"] for side in ("out_of_place", "in_place"))
@@ -350,9 +350,45 @@ def test_the_run_opens_with_every_ranks_collective_setup_in_one_command(tmp_path
     codes = []
     worker = threading.Thread(target=lambda: codes.append(procs_mod.serve(procs[1])))
     worker.start()
-    driver = procs_mod.drive(NumpyBackend, procs[0])
+    procs_mod.drive(NumpyBackend, procs[0])
     assert sorted(joined) == [0, 1]
-    assert "2 processes" in driver.describe()  # rank 0's local calls need no peer
+    procs_mod._send(procs[0], ("exit",))
+    worker.join(10)
+    assert codes == [0]
+    server.close()
+
+
+class _DeviceExchangingWorld:
+    """The CUDA IPC world's collective part, without CuPy: every rank's
+    device goes to every other over the group when it is made."""
+
+    def __init__(self, ranks, procs):
+        where = procs.group.allgather((0, "bus-0"), "ipc-devices")
+        self.devices, self.gpus = (0,) * ranks, len({bus for _, bus in where})
+        self.shared_gpu = self.gpus < ranks
+
+
+@pytest.mark.timeout(60)
+def test_the_gpu_world_is_made_on_every_rank_when_the_run_opens(tmp_path, monkeypatch):
+    """Rank 0's first local calls (the floor's copy bandwidth, the
+    baselines) then find the world made and wait on no peer."""
+    import purlin_bench.backends.cupy.device as device
+    import purlin_bench.backends.cupy.ipc as ipc
+    from purlin_bench.backends import procs as procs_mod
+    from purlin_bench.backends.cupy import CupyBackend
+
+    monkeypatch.setattr(ipc, "IpcWorld", _DeviceExchangingWorld)
+    monkeypatch.setattr(device, "measure_copy_bandwidth", lambda devices: ("measured on", devices))
+    monkeypatch.setattr(procs_mod, "_sequence", [0])
+    monkeypatch.setattr(procs_mod, "_drivers", {})
+    server, procs = _two_ranks(tmp_path, 10)
+    codes = []
+    worker = threading.Thread(target=lambda: codes.append(procs_mod.serve(procs[1])), daemon=True)
+    worker.start()
+    driver = procs_mod.drive(CupyBackend, procs[0])
+    assert driver.copy_bandwidth() == ("measured on", (0, 0))
+    # two ranks on one GPU: no NCCL, and a reason for a user who asks for it
+    assert driver.baselines() == () and "NCCL refuses two ranks on one GPU" in driver.refused_baselines()["nccl"]
     procs_mod._send(procs[0], ("exit",))
     worker.join(10)
     assert codes == [0]

@@ -201,6 +201,11 @@ class Backend(ABC):
     def baselines(self) -> tuple[str, ...]:
         """The baselines this layout can time, the strongest first."""
 
+    def refused_baselines(self) -> dict[str, str]:
+        """Baselines this backend has that this layout cannot time, each
+        with why (asked for, bench says so and goes on without them)."""
+        return {}
+
     @abstractmethod
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> Runner:
         """A runner for ``program``; unknown or out-of-domain ``params`` are

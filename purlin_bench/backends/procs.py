@@ -131,8 +131,11 @@ _SLICE_S = 0.25
 
 
 def _send(procs: Procs, command: tuple) -> None:
+    # Pickled before it is numbered: a command that cannot be sent must not
+    # leave rank 0's numbers ahead of the workers' (they would wait on a gap).
+    raw = pickle.dumps(command)
     _sequence[0] += 1
-    procs.group.store.set(f"cmd/{_sequence[0]}", pickle.dumps(command))
+    procs.group.store.set(f"cmd/{_sequence[0]}", raw)
     _scope(procs, _sequence[0])
 
 
@@ -198,7 +201,11 @@ class Driver(Backend):
         self.candidates: dict[Any, Any] = {}  # key -> this rank's candidate
         self._runners: dict[int, Runner] = {}  # id -> this rank's runner, while open
         self.lost: str | None = None
-        self._command(("open", self.part_class.name, seed), "open", self.part.join_run)
+        self._command(("open", self.part_class.name, seed), "open", self._join)
+
+    def _join(self) -> None:
+        with self.part.guard():  # a device error is one line, as in any command
+            self.part.join_run()
 
     def _command(self, command: tuple, what: str, local: Callable[[], Any] | None = None) -> list[Any]:
         """Send ``command`` to every worker, run ``local`` here meanwhile,
@@ -268,6 +275,9 @@ class Driver(Backend):
 
     def baselines(self) -> tuple[str, ...]:
         return self.part.baselines()
+
+    def refused_baselines(self) -> dict[str, str]:
+        return self.part.refused_baselines()
 
     def candidates_runner(self, rid: int) -> Runner | None:
         """This rank's runner of prepared id ``rid``, while it is open."""
@@ -418,9 +428,17 @@ def serve(procs: Procs) -> int:
             return 0
         try:
             if op == "open":
-                if part is None or part.name != command[1]:
-                    part = backend_class(command[1])(procs.size, None, command[2], procs=procs)
-                    part.join_run()
+                # A fresh part each time, as rank 0's is: both then join the
+                # run's collective setup in this one command.
+                for runner in runners.values():
+                    runner.close()
+                runners.clear()
+                candidates.clear()
+                part = None
+                fresh = backend_class(command[1])(procs.size, None, command[2], procs=procs)
+                with fresh.guard():
+                    fresh.join_run()
+                part = fresh
                 answer: Any = None
             else:
                 answer = _handle(part, runners, candidates, procs, command)

@@ -65,7 +65,7 @@ class Outcome:
     wrong: int | None = None
     total: int | None = None
     note: str = ""
-    seconds: float | None = None  # how long the combination took to plan, run and compare
+    seconds: float | None = None  # to plan, run and compare (a rank count's first row also opens its backend)
 
 
     @property

@@ -98,7 +98,7 @@ def bench(
     slice_nbytes = None if slice_bytes is None else parse_bytes(slice_bytes, "--slice-bytes")
     choice = _choice(strategy, plan, channels, slice_nbytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll, "kernel": kernel}, backend_cls, n_ranks, dtype, devices)
     backend_obj = make(backend_cls, n_ranks, tuple(devices) if devices else None)
-    baselines = _baselines(baseline, backend_obj.baselines())
+    baselines = _baselines(baseline, backend_obj.baselines(), backend_obj.refused_baselines())
     policy = TimingPolicy(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0)
     options = BenchOptions(policy=policy, check=bool(check), inplace=inplace, baselines=baselines)
     service = MeasurementService(backend_obj)
@@ -178,15 +178,18 @@ def bench(
         raise PurlinError("some outputs were wrong (see #wrong)")
 
 
-def _baselines(text: str, offered: tuple[str, ...]) -> tuple[str, ...]:
+def _baselines(text: str, offered: tuple[str, ...], refused: dict[str, str] | None = None) -> tuple[str, ...]:
     """--baseline: names the backend offers, ``default``, ``none``; ``auto``
-    is the backend's strongest."""
+    is the backend's strongest. One it has but cannot run here is left out
+    with a note saying why."""
     chosen = []
     for b in common.name_list(text):
         if b == AUTO:
             chosen.extend(offered[:1])
         elif b in (*offered, DEFAULT):
             chosen.append(b)
+        elif refused and b in refused:
+            common.note(f"baseline {b} left out: {refused[b]}")
         elif b != "none":
             raise PurlinError(f"unknown baseline '{b}' here (known: auto, {', '.join((*offered, DEFAULT))}, none)")
     return tuple(dict.fromkeys(chosen))

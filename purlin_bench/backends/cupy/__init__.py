@@ -191,12 +191,17 @@ class CupyBackend(Backend):
         return measure_copy_bandwidth(self.world.devices)
 
     def baselines(self) -> tuple[str, ...]:
-        if self.procs is not None or not self.fused:
-            # With ranks sharing a GPU, NCCL refuses them: the baseline then
-            # says so where it is made (NcclBaseline) and the row goes on without it.
+        if self.procs is not None:
+            return () if self.world.shared_gpu else ("nccl",)
+        if not self.fused:
             return ("nccl",)
         # The strongest first: the shortest torch code beats the op-per-rank CuPy code.
         return ("torch", "cupy") if _has_torch() else ("cupy",)
+
+    def refused_baselines(self) -> dict[str, str]:
+        if self.procs is not None and self.world.shared_gpu:
+            return {"nccl": "NCCL refuses two ranks on one GPU (one process per GPU runs it)"}
+        return {}
 
     def rank_baseline(self, runner: CupyRunner, inst: Instance, name: str):
         from purlin_bench.backends.cupy.nccl import NcclBaseline
@@ -218,13 +223,13 @@ class CupyBackend(Backend):
         device to cap it by), and the build options it compiles with."""
         from purlin_bench.backends.cupy.atoms import compile_options, source_text
         from purlin_bench.backends.cupy.compiled import BaseLayout, generate
-        from purlin_bench.backends.cupy.executor import copies_only, data_blocks, sizing_lowerings
+        from purlin_bench.backends.cupy.executor import copies_only, data_blocks, group_blocks, sizing_lowerings, useful_blocks
 
         checked = check_params(type(self), params)
         low = sizing_lowerings(program, True, checked["datapath"])[0]
         itemsize = resolve_dtype(program.dtype)[1].itemsize
         auto = data_blocks([low], itemsize, self.settings.auto_block_bytes)
-        blocks = min(checked["blocks"], auto) if checked["blocks"] else auto
+        blocks = group_blocks(checked["blocks"], auto, useful_blocks([low], itemsize, checked["threads"]), self.settings.cap_blocks)
         options = compile_options(program.dtype, program.redop or "sum", checked["unroll"], checked["threads"], False, self.settings.copy_only_build and copies_only([low]), self.settings.defines())
         return f"// nvrtc {' '.join(options)}\n" + generate(low, program.ranks, blocks, source_text(), BaseLayout.of(program, itemsize))
 

@@ -102,14 +102,25 @@ def data_blocks(lowered: Sequence[Lowered], itemsize: int, block_bytes: int) -> 
     return int(min(MAX_BLOCKS, max(1, -(-work * itemsize // block_bytes))))
 
 
+def group_blocks(requested: int, auto: int, useful: int, cap_blocks: bool = True) -> int:
+    """Blocks a group: the automatic count, or a requested one as a ceiling
+    at the larger of what the data can use and the automatic count. That
+    automatic count is not cut to the data: the few idle blocks it leaves in
+    64-256 KiB reductions measured 1-4% faster than none
+    (docs/perf/survey/blocks-ab.log)."""
+    if not requested:
+        return auto
+    return min(requested, max(auto, useful)) if cap_blocks else min(requested, MAX_BLOCKS)
+
+
 def sizing_lowerings(program: Program, fused: bool, datapath: str) -> list[Lowered]:
     """What a runner sizes its blocks and picks its kernel by: the fused
     launch, or with one launch per rank every rank's own, never only this
     process's. Each notify flag counts all of a group's blocks and a waiter
     expects its own count, so every process of a run needs the same one: a
     broadcast's root has data to move and its peers none, and sized by its
-    own ops alone a peer launched one block where the root waited for eight
-    (every rooted collective past 8 KiB timed out with ranks in processes)."""
+    own ops alone a peer launched one block where the root waited for up to
+    32 (rooted collectives past about 4 KiB timed out with ranks in processes)."""
     if fused:
         return [lower(program, list(range(program.ranks)), True, datapath, flag_id)]
     return [lower(program, [r], False, datapath, flag_id) for r in range(program.ranks)]
@@ -172,13 +183,8 @@ class CupyRunner:
         sizing = lowered if world.fused else sizing_lowerings(program, False, datapath)
         # The same kernel variant on every process: its registers bound the blocks.
         self.copy_only = settings.copy_only_build and copies_only(sizing)
-        # A requested count is a ceiling: the larger of what the data can use
-        # and the automatic count. The automatic count is not cut to the data:
-        # the few idle blocks it leaves in 64-256 KiB reductions measured
-        # 1-4% faster than none (docs/perf/survey/blocks-ab.log).
         auto = self._auto_blocks(sizing)
-        ceiling = max(auto, useful_blocks(sizing, self.itemsize, threads)) if settings.cap_blocks else MAX_BLOCKS
-        self.blocks = min(blocks, ceiling) if blocks else auto
+        self.blocks = world.agreed_blocks(group_blocks(blocks, auto, useful_blocks(sizing, self.itemsize, threads), settings.cap_blocks))
         self.launches = [_Launch(self, ranks, low) for ranks, low in zip(launch_ranks, lowered) if low.group_count or low.ce_copies]
         self._check_coresidency()
         self._held: list[object] = []

@@ -118,6 +118,12 @@ class IpcWorld:
                     self._arena[key] = self._open(handle, size)
         return {(r, b): self._arena[(slot, r, b)] for r, b, _ in needs}
 
+    def agreed_blocks(self, blocks: int) -> int:
+        """The fewest blocks a group that any rank asks for. Every rank sizes
+        from the same ops, but caps by what fits on its own GPU (another
+        model, a MIG slice), and a waiter expects its peers' count; collective."""
+        return min(self.procs.group.allgather(blocks, "ipc-blocks"))
+
     def symmetric_words(self, counts: list[int]) -> list[object]:
         """Zeroed uint64 words per rank (``counts[r]`` of them, rank r's
         memory), for flags: a fresh set per runner, so a runner's epochs are its own."""

@@ -86,6 +86,10 @@ class World:
         """Device arrays of at least the asked bytes for (rank, buffer) in buffer set ``slot``."""
         return {(r, b): self.buffer(slot, r, b, n) for r, b, n in needs}
 
+    def agreed_blocks(self, blocks: int) -> int:
+        """Blocks a group every launch takes: one process sizes them all."""
+        return blocks
+
     def symmetric_words(self, counts: list[int]) -> list[object]:
         """Zeroed uint64 words per rank, on its device (flags, abort)."""
         import cupy
