@@ -214,8 +214,10 @@ class CupyRunner:
         return kernel
 
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
-        # The most groups one launch has: with a launch per rank, each is
-        # alone on its device (or time-sliced), so its own groups must fit.
+        # Sized so that the launch with the most groups fits (with ranks in
+        # processes each launch has its device, or time slices of it, alone);
+        # split launches sharing a GPU are refused together when they do
+        # not fit (_check_coresidency).
         groups = max((low.group_count for low in lowered), default=1) or 1
         cap = max(1, self._capacity(self.world.devices[0]) // groups)
         return min(cap, data_blocks(lowered, self.itemsize, self.settings.auto_block_bytes))
