@@ -33,6 +33,13 @@ class Bandwidth:
         return size_bytes * inst.busbw_factor() / self.bytes_per_s * 1e6
 
 
+def read_seconds_per_byte(copy_rate: float, write_rate: float) -> float:
+    """What reading a byte takes when a copy moves ``copy_rate`` bytes a
+    second (read plus written) and writes alone run at ``write_rate``:
+    2/copy = read + 1/write, and never below 0."""
+    return max(0.0, 2 / copy_rate - 1 / write_rate)
+
+
 def fanout_share(copy_rate: float, write_rate: float, consumers: int) -> float:
     """The share of the copy floor a 1-to-``consumers`` fan-out can reach
     when device memory writes alone run at ``write_rate`` (bytes/s) and a
@@ -44,5 +51,4 @@ def fanout_share(copy_rate: float, write_rate: float, consumers: int) -> float:
     would have to be free (their time is taken as 0)."""
     if copy_rate <= 0 or write_rate <= 0 or consumers < 1:
         raise ValueError("rates must be positive and consumers at least 1")
-    read_time = max(0.0, 2 / copy_rate - 1 / write_rate)  # seconds a byte read takes
-    return (1 + consumers) / copy_rate / (read_time + consumers / write_rate)
+    return (1 + consumers) / copy_rate / (read_seconds_per_byte(copy_rate, write_rate) + consumers / write_rate)

@@ -23,7 +23,7 @@ import argparse
 import statistics
 import sys
 
-from purlin_bench.roofline import fanout_share
+from purlin_bench.roofline import fanout_share, read_seconds_per_byte
 
 
 def timed(run, stream, reps: int) -> float:
@@ -67,7 +67,8 @@ def main() -> int:
         fan_s = timed(lambda: rows.__setitem__(slice(None), one[None, :]), stream, args.reps)
     c = 2 * nbytes / copy_s
     w = nbytes / write_s
-    r = 1 / max(1e-30, 2 / c - 1 / w)
+    read_s = read_seconds_per_byte(c, w)
+    r = 1 / read_s if read_s else float("inf")
     fan_rate = (part + part * R) / fan_s
     best = fanout_share(c, w, R)
     name = rt.getDeviceProperties(0)["name"]

@@ -180,7 +180,8 @@ class CupyRunner:
 
         launch_ranks = [list(range(R))] if world.fused else [[r] for r in world.local_ranks]
         lowered = [lower(program, ranks, world.fused, datapath, flag_address) for ranks in launch_ranks]
-        sizing = lowered if world.fused else sizing_lowerings(program, False, datapath)
+        # With ranks in processes this process lowered its own rank only.
+        sizing = lowered if sum(map(len, launch_ranks)) == R else sizing_lowerings(program, False, datapath)
         # The same kernel variant on every process: its registers bound the blocks.
         self.copy_only = settings.copy_only_build and copies_only(sizing)
         auto = self._auto_blocks(sizing)
