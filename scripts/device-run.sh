@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs compiled compiled-tests compiled-bench compiled-ab compiled-large fanout procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large fanout procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -159,6 +159,13 @@ step_procs() {  # issue 14 on one GPU: bench, a killed rank, the torch example u
     timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 --dtype float32 2>&1 | tee -a "$OUT/procs-tp-mlp.log" | tail -3
   fi
   timeout 90 python3 -m torch.distributed.run --nproc-per-node 2 -m purlin_bench check all-reduce --backend cupy --strategy all --dtype float32,bfloat16 2>&1 | tee "$OUT/procs-torchrun.log" | tail -3
+}
+step_procs-tune() {  # issue 14: a tune with ranks in processes on one GPU writes a plan for that layout, then bench reads it back
+  timeout ${PROCS_TUNE_LIMIT:-150} purlin tune all-reduce --procs 2 --backend cupy --trials 3 --sizes 1K --confirm 1 --dtype float32 \
+    --out /tmp/procs-tune --storage "sqlite:///$OUT/procs-tune.db" 2>&1 | tee "$OUT/procs-tune.log" | tail -12
+  local plan; plan=$(find /tmp/procs-tune -name 'all-reduce-*.json' | head -1); echo "plan: $plan" | tee -a "$OUT/procs-tune.log"
+  [ -n "$plan" ] && timeout 60 purlin bench all-reduce --procs 2 --backend cupy -b 1K -e 1K -n 5 -w 1 -G 3 --plan "$plan" --baseline default --no-inplace 2>&1 | tee -a "$OUT/procs-tune.log" | tail -8
+  cp -r /tmp/procs-tune "$OUT/procs-tune-plans" 2>/dev/null
 }
 step_compiled() { step_compiled-tests; step_compiled-bench; }
 step_compiled-tests() {  # issue 16: the compiled datapath on the GPU, checked like the interpreter
