@@ -95,6 +95,11 @@ def procs_layout_slug(procs: int, gpus: int | None) -> str:
     return f"{procs}proc-{'cpu' if gpus is None else f'{gpus}gpu'}"
 
 
+def is_procs_layout(layout: str) -> bool:
+    """Whether ``layout`` (a slug) is one of procs_layout_slug's."""
+    return re.fullmatch(r"[0-9]+proc-([0-9]+gpu|cpu)", layout) is not None
+
+
 def cpu_model() -> str:
     """The CPU's model name (from /proc/cpuinfo on Linux)."""
     try:

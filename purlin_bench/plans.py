@@ -24,7 +24,7 @@ from purlin_bench.backends.port import run_once
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PurlinError
-from purlin_bench.hardware import Fingerprint
+from purlin_bench.hardware import Fingerprint, is_procs_layout
 from purlin_bench.measurement import MeasurementService
 from purlin_bench.planfile import ArtifactError, PlanArtifact, PlanEntry, load_plan_file, plan_path
 from purlin_bench.spec.instance import Instance, instantiate
@@ -234,6 +234,11 @@ def _natural_backend() -> str:
 
 
 def _plan_gpus(plan: PlanArtifact) -> tuple[int, ...] | None:
+    """The GPUs a plan file's layout opens in this process: none for ranks in
+    processes, whose launcher maps each rank to its GPU (the plan's devices
+    are every rank's, (0, 0) for 2 processes on one GPU)."""
+    if is_procs_layout(plan.fingerprint.layout):
+        return None
     devices = plan.fingerprint.devices
     return devices if len(devices) > 1 else None
 

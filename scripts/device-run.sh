@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large fanout procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each fanout procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -182,6 +182,12 @@ step_compiled-ab() {  # issue 16: the compiled kernel at 512 and 128 threads (th
 step_compiled-large() {  # issue 16: 16 B .. 1 GiB, the compiled kernel beside the interpreter and torch (the geometric mean, the 0.95x floor)
   for d in ${DTYPES:-float32}; do
     timeout ${COMPILED_LARGE_LIMIT:-200} purlin bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --kernel compiled --baseline torch,default --no-inplace --json "$OUT/compiled-large-$d.json" 2>&1 | tee "$OUT/compiled-large-$d.log" | grep -E "^# (Speed|Avg|build)|rror|^[a-z-]+  \(" | tail -30
+  done
+}
+step_compiled-each() {  # issue 16: one collective a command (COLLECTIVES), sizes 16 B .. 256 MiB by 16x, each line stamped with the time it came
+  for c in ${COLLECTIVES:-reduce-scatter all-to-all broadcast reduce gather scatter}; do
+    timeout ${COMPILED_EACH_LIMIT:-85} purlin bench $c -b 16 -e 1G -f ${COMPILED_EACH_F:-16} -n 10 -w 2 -G 3 -d ${DTYPES:-float32} --kernel compiled --baseline torch,default --no-inplace \
+      --json "$OUT/compiled-each-$c.json" 2>&1 | while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done | tee "$OUT/compiled-each-$c.log" | grep -E "Speed|rror|strategy" | cut -c1-200
   done
 }
 step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the floor: the write rate, then the store hints side by side

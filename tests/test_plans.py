@@ -107,6 +107,20 @@ def test_foreign_rank_layout_is_refused(results):
         load_plan(path, ranks=8)
 
 
+def test_a_plan_of_ranks_in_processes_on_a_gpu_opens_no_gpus_itself(tmp_path):
+    # Its fingerprint lists every rank's device, (0, 0) for two processes on
+    # GPU 0; taken as GPUs to open, a process of the run refused the plan
+    # (bench --plan FILE --procs 2 on the H200, 2026-12-03).
+    procs = replace(H200, layout="2proc-1gpu", ranks=2, devices=(0, 0), link="2 processes on GPU 0")
+    path = tmp_path / "procs.json"
+    write_plan(replace(make_plan(fingerprint=procs, backend="cupy"), ranks=2), path)
+    tuned = load_plan(path, override=True, backend="numpy")
+    inputs = inputs_for("all-reduce", 1 << 10)[0][:2]  # an all-reduce's inputs are alike on every rank
+    inst = instantiate(load_builtin("all-reduce"), 2, 1 << 10, 4)
+    for got, want in zip(tuned(inputs), inst.reference(inputs)):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_bad_inputs(results):
     tuned = load_plan("all-reduce", "float32", RANKS, results_dir=results)
     inputs, _ = inputs_for("all-reduce", 64)
