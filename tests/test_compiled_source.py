@@ -4,6 +4,7 @@ nvcc builds it without warnings or spills, and what it refuses."""
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import pytest
@@ -99,23 +100,23 @@ def test_nvcc_builds_the_sample_without_warnings_or_spills(arch, tmp_path):
 
 @pytest.mark.nvcc
 @pytest.mark.timeout(600)
-def test_nvcc_builds_every_small_message_default_without_spills(tmp_path):
-    """What the default runs below 64 KiB (compiled, 128 threads, copies at
-    unroll 4), at the most ranks it is chosen for, every collective and dtype."""
-    from purlin_bench.backends.cupy import COMPILED_MAX_BYTES, COMPILED_MAX_RANKS
+def test_nvcc_builds_every_compiled_default_without_spills(tmp_path):
+    """What the default runs up to 64 KiB (compiled, 128 threads, copies at
+    unroll 4) and at 1 MiB (compiled, 512 threads), at the most ranks it is
+    chosen for, every collective and dtype."""
+    from purlin_bench.backends.cupy import COMPILED_MAX_RANKS, COMPILED_SMALL_BYTES
     from purlin_bench.bench.run import instances
     from purlin_bench.measurement import MeasurementService
 
     ranks = COMPILED_MAX_RANKS
     service = MeasurementService(CupyBackend(ranks))
-    for collective in COLLECTIVES:
-        for dtype in DTYPE_CODES:
-            ((_, inst),) = instances(load_builtin(collective), [COMPILED_MAX_BYTES], ranks, dtype, 0)
-            config = service.default_config(inst)
-            assert dict(config.exec_params)["kernel"] == "compiled"
-            program = plan(inst, config.strategy, dtype, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
-            source = CupyBackend(ranks).source(program, **dict(config.exec_params))
-            _nvcc_builds_without_spills(source, f"{collective} default {config.text()} {dtype}", "sm_90", tmp_path)
+    for collective, dtype, nbytes in itertools.product(COLLECTIVES, DTYPE_CODES, (COMPILED_SMALL_BYTES, 1 << 20)):
+        ((_, inst),) = instances(load_builtin(collective), [nbytes], ranks, dtype, 0)
+        config = service.default_config(inst)
+        assert dict(config.exec_params)["kernel"] == "compiled"
+        program = plan(inst, config.strategy, dtype, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
+        source = CupyBackend(ranks).source(program, **dict(config.exec_params))
+        _nvcc_builds_without_spills(source, f"{collective} default {config.text()} {dtype}", "sm_90", tmp_path)
 
 
 def _thread_of(aligned: bool, head: int, count: int, vec: int, stride: int, e: int) -> int:

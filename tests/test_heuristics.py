@@ -65,19 +65,25 @@ def test_the_heuristics_choose_strategies_only():
 
 
 def test_copies_get_four_vectors_in_flight_reductions_keep_the_executor_default():
-    assert dict(default_config(_at("all-gather", 1 << 20)).exec_params) == {"unroll": 4}
-    assert dict(default_config(_at("all-reduce", 1 << 20)).exec_params) == {}
+    assert dict(default_config(_at("all-gather", 1 << 30)).exec_params) == {"unroll": 4}
+    assert dict(default_config(_at("all-reduce", 1 << 30)).exec_params) == {}
+    assert dict(default_config(_at("all-gather", 1 << 20)).exec_params) == {"unroll": 4, "kernel": "compiled"}
+    assert dict(default_config(_at("all-reduce", 1 << 20)).exec_params) == {"kernel": "compiled"}
     # the numpy reference takes no datapath parameters
     assert default_config(_at("all-gather", 1 << 20), backend="numpy").exec_params == ()
 
 
 def test_small_messages_on_one_gpu_get_the_compiled_kernel_at_128_threads():
-    from purlin_bench.backends.cupy import COMPILED_MAX_BYTES
+    from purlin_bench.backends.cupy import COMPILED_MAX_BYTES, COMPILED_SMALL_BYTES
 
     compiled = {"kernel": "compiled", "threads": 128}
     for name in ("all-reduce", "reduce-scatter", "all-gather", "broadcast", "scatter"):
-        for nbytes in (8, 4096, COMPILED_MAX_BYTES):
+        for nbytes in (8, 4096, COMPILED_SMALL_BYTES):
             assert dict(default_config(_at(name, nbytes)).exec_params).items() >= compiled.items(), (name, nbytes)
+        # mid sizes: compiled at the executor's threads (512)
+        for nbytes in (2 * COMPILED_SMALL_BYTES, 1 << 20, COMPILED_MAX_BYTES):
+            mid = dict(default_config(_at(name, nbytes)).exec_params)
+            assert mid.get("kernel") == "compiled" and "threads" not in mid, (name, nbytes, mid)
         # past the bound, and with a launch per rank (several GPUs, processes): the interpreter
         assert "kernel" not in dict(default_config(_at(name, 2 * COMPILED_MAX_BYTES)).exec_params)
         assert "kernel" not in dict(default_config(_at(name, 4096), fused=False).exec_params)
@@ -151,7 +157,7 @@ def test_copy_engines_take_large_single_consumer_flows_on_one_gpu_only():
     from purlin_bench.backends.cupy import CE_MIN_FLOW_BYTES
 
     under = _at("all-to-all", 8 * (CE_MIN_FLOW_BYTES // 2))
-    assert dict(default_config(under).exec_params) == {"unroll": 4}
+    assert dict(default_config(under).exec_params) == {"unroll": 4, "kernel": "compiled"}
     # a fan-out copy (all-gather) and a pulled one (scatter) stay on SMs
     assert "datapath" not in dict(default_config(_at("all-gather", 1 << 30)).exec_params)
     assert "datapath" not in dict(default_config(_at("scatter", 1 << 30)).exec_params)

@@ -28,14 +28,18 @@ from purlin_bench.timing import Timing
 # unroll=4; with 8 MiB flows 1.1-1.2x SM unroll=2; with 32 MiB and up at
 # 99-102% of the floor against SM unroll=4's 96%).
 CE_MIN_FLOW_BYTES = 4 << 20
-# The compiled datapath, at 128 threads a block, up to this many bytes in
-# any rank's buffer of a fused launch. On the H200 (8 virtual ranks,
-# docs/perf/issue16/) it ran 1.55-2.23x faster than the interpreter at
-# 8 B-32 KiB, and at 64 KiB 128 threads took it from 1.5-3.1 us to
-# 1.4-1.9 us (512 threads: within 3% of 128 up to 4 KiB). Above this the
-# interpreter stays: no win was measured there, and every new program
-# costs about a second of NVRTC on a machine's first use.
-COMPILED_MAX_BYTES = 64 << 10
+# The compiled datapath up to this many bytes in any rank's buffer of a
+# fused launch, at 128 threads a block up to COMPILED_SMALL_BYTES. On the
+# H200 (8 virtual ranks, docs/perf/issue16/): 1.55-2.23x faster than the
+# interpreter at 8 B-32 KiB, and 128 threads took 64 KiB from 1.5-3.1 us to
+# 1.4-1.9 us (within 3% of 512 up to 4 KiB; at 1 MiB the reductions ran
+# 4-7% slower at 128). From 256 KiB to 64 MiB, at 512 threads, it beat the
+# interpreter on every row measured (1.50x down to 1.01x, every collective,
+# float32 and bfloat16); at 256 MiB and 1 GiB the two tie (0.96-1.01x), so
+# the interpreter keeps those and no program is built for them (each new
+# program costs about a second of NVRTC on a machine's first use).
+COMPILED_MAX_BYTES = 64 << 20
+COMPILED_SMALL_BYTES = 64 << 10
 # ... and up to this many ranks, where it was measured: nvcc's sample of
 # its builds covers 8, and at 12-16 ranks the 16-bit reductions spill.
 COMPILED_MAX_RANKS = 8
@@ -127,7 +131,7 @@ class CupyBackend(Backend):
         largest = max(*inst.in_counts, *inst.out_counts) * inst.itemsize
         small = {}
         if self.fused and largest <= COMPILED_MAX_BYTES and inst.ranks <= COMPILED_MAX_RANKS and self._compiles(inst, config):
-            small = {"kernel": "compiled", "threads": 128}
+            small = {"kernel": "compiled", **({"threads": 128} if largest <= COMPILED_SMALL_BYTES else {})}
         if inst.op == "reduce":
             return RunConfig.make(config.strategy, plan, small)
         # Copies have no reduction's loads to batch: 4 vectors in flight
