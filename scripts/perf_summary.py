@@ -1,41 +1,72 @@
 """Summarise `purlin bench --json` files as the Markdown tables of
-docs/performance.md (per collective: small-message latency, the geometric-mean
-speed-up over each baseline, the worst ratio, % of the floor at >= 256 MiB).
+docs/performance.md (per collective and strategy: small-message latency and
+its ratio to the baseline's, the geometric-mean speed-up over the baseline,
+the worst ratio, % of the floor at >= 256 MiB).
 
-    python3 scripts/perf_summary.py docs/perf/h200-8vr-float32.json [...]
+    python3 scripts/perf_summary.py [--baseline NAME] FILE.json [...]
+
+``--baseline`` (default cupy) names the baseline the speed-ups are over, as
+bench's --baseline does; the files' rows are pooled, so one table can cover
+the files of one sweep split over several commands.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 from collections import defaultdict
 
+SMALL = 64 << 10
+LARGE = 256 << 20
 
-def summarise(path: str) -> str:
-    data = json.load(open(path))
+
+def _bytes(n: int) -> str:
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def summarise(paths: list[str], baseline: str) -> str:
     rows = defaultdict(list)
-    for r in data["results"]:
-        rows[(r["collective"], r["strategy"].split("(")[0])].append(r)
-    lines = [
-        f"`{data['command']}` ({data['environment'].get('gpu', 'cpu')}, driver {data['environment'].get('driver', '?')}, CUDA runtime {data['environment'].get('cuda_runtime', '?')})",
-        "",
-        "| collective | strategy | sizes | <= 64 KiB: max time (us) | geomean vs cupy | worst vs cupy (size) | % floor at >= 256 MiB | #wrong |",
-        "|---|---|---|---|---|---|---|---|",
+    sources = []
+    for path in paths:
+        data = json.load(open(path))
+        env = data["environment"]
+        sources.append(f"`{data['command']}` ({env.get('gpu', 'cpu')}, driver {env.get('driver', '?')}, CUDA runtime {env.get('cuda_runtime', '?')})")
+        for r in data["results"]:
+            rows[(r["collective"], r["type"], r["strategy"].split("(")[0])].append(r)
+    lines = [*sources, ""]
+    lines += [
+        f"| collective | dtype | strategy | sizes | <= 64 KiB: time (us) | <= 64 KiB: worst time / {baseline}'s | geomean vs {baseline} | worst vs {baseline} (size) | % floor at >= 256 MiB | #wrong |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for (collective, strategy), rs in sorted(rows.items()):
-        small = [r["out_of_place"]["time"] for r in rs if r["size"] <= 65536]
-        ratios = [(r["speedup"].get("cupy"), r["size"]) for r in rs if r["speedup"].get("cupy")]
+    pooled = []
+    for (collective, dtype, strategy), rs in sorted(rows.items()):
+        rs.sort(key=lambda r: r["size"])
+        small = [r for r in rs if r["size"] <= SMALL]
+        times = [r["out_of_place"]["time"] for r in small]
+        over = [r["out_of_place"]["time"] / r["baselines"][baseline] for r in small if r["baselines"].get(baseline)]
+        ratios = [(r["speedup"][baseline], r["size"]) for r in rs if r["speedup"].get(baseline)]
+        pooled += [x for x, _ in ratios]
         geo = statistics.geometric_mean(x for x, _ in ratios) if ratios else float("nan")
         worst = min(ratios) if ratios else (float("nan"), 0)
-        big = [f"{r['roofline_pct']:.1f}" for r in rs if r["size"] >= 256 << 20 and r["roofline_pct"]]
+        big = [f"{r['roofline_pct']:.0f}" for r in rs if r["size"] >= LARGE and r["roofline_pct"]]
         wrong = sum(r["out_of_place"]["nwrong"] + ((r["in_place"] or {}).get("nwrong") or 0) for r in rs)
+        span = f"{_bytes(rs[0]['size'])}-{_bytes(rs[-1]['size'])} ({len(rs)})"
         lines.append(
-            f"| {collective} | {strategy} | {len(rs)} | {max(small):.2f} | {geo:.2f}x | {worst[0]:.2f}x ({worst[1]}) | {', '.join(big) or '-'} | {wrong} |"
+            f"| {collective} | {dtype} | {strategy} | {span} | {f'{min(times):.2f}-{max(times):.2f}' if times else '-'} | {f'{max(over):.2f}x' if over else '-'} "
+            f"| {geo:.2f}x | {worst[0]:.2f}x ({_bytes(worst[1])}) | {', '.join(big) or '-'} | {wrong} |"
         )
+    if pooled:
+        lines += ["", f"Every row pooled: geometric mean {statistics.geometric_mean(pooled):.2f}x over {baseline} ({len(pooled)} rows), worst {min(pooled):.2f}x."]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print("\n\n".join(summarise(p) for p in sys.argv[1:]))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline", default="cupy")
+    ap.add_argument("files", nargs="+")
+    args = ap.parse_args()
+    print(summarise(args.files, args.baseline))
