@@ -176,6 +176,10 @@ __device__ __forceinline__ u64 now_ns() {
 #ifndef PURLIN_SHARED_BASES
 #define PURLIN_SHARED_BASES 1
 #endif
+// ... and the copy-only build's software pipeline (off: see move_op).
+#ifndef PURLIN_PIPELINE
+#define PURLIN_PIPELINE 0
+#endif
 // Sources a small reduction loads per round (one vector or element each).
 // 1 (one load at a time, as before) where ptxas would spill at the
 // 128-register cap: float64, and 16-bit types below sm_90 (not measured on
@@ -290,6 +294,35 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
         // path (ptxas spills).
         if (IS_REDUCE(kind) && nvec <= stride) {
             if (tid < nvec) reduce_one_vector(nsrc, ndst, src, dst, (head + tid * VEC) * (i64)sizeof(S));
+        } else
+#endif
+#if PURLIN_PIPELINE && PURLIN_COPY_ONLY
+        // Copies issue the next round's loads before this round's stores, so a
+        // load's latency hides behind the stores: a fan-out's round is one
+        // load and ndst stores a vector, and with the loads after the stores
+        // (the default order) each thread waits a full memory round trip per
+        // round. Only program order changes (ld_vec and st_vec are volatile
+        // asm, which the compiler keeps in order): what an op may read while
+        // it writes is the same as before. Only in the copy-only build: in the
+        // full one at unroll 4 the second round's registers spill on sm_100.
+        // An experiment (scripts/kernel_ab.py "now-pipelined"); the default
+        // build does not contain it.
+        if (!IS_REDUCE(kind)) {
+            Vec cur[U];
+            load_vecs<U>(cur, src[0], head, tid, stride, nvec);
+            for (i64 v = tid; v < nvec; v += stride * U) {
+                Vec next[U];
+                load_vecs<U>(next, src[0], head, v + stride * U, stride, nvec);
+                for (int d = 0; d < ndst; ++d) {
+#pragma unroll
+                    for (int k = 0; k < U; ++k) {
+                        i64 at = v + k * stride;
+                        if (at < nvec) st_vec(dst[d] + (head + at * VEC) * sizeof(S), cur[k].u);
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < U; ++k) cur[k] = next[k];
+            }
         } else
 #endif
         for (i64 v = tid; v < nvec; v += stride * U) {

@@ -56,6 +56,14 @@ SETS = {
         for c, st in (("all-gather", "push"), ("all-gather", "two-shot"), ("broadcast", "direct"), ("broadcast", "two-shot"), ("all-to-all", "push"))
         for x in ("", ":unroll=4", ":channels=2")
     ],
+    # The fan-outs' block count and block size at 256 MiB (the default's
+    # strategies, unroll 4; all-to-all the control), after the write rate and
+    # the store hints were ruled out (docs/perf/issue16/NOTES.md).
+    "fanout-blocks": [
+        f"{c}:float32:256M:{st}:unroll=4{x}"
+        for c, st in (("all-gather", "push"), ("broadcast", "two-shot"), ("all-to-all", "push"))
+        for x in ("", ",blocks=4", ",blocks=8", ",blocks=32", ",threads=256")
+    ],
     # Small and mid messages: latency of the candidates for the defaults.
     "small": [
         "broadcast:float32:8,1K,64K,1M,16M:direct", "broadcast:float32:8,1K,64K,1M,16M:two-shot",

@@ -41,6 +41,7 @@ VARIANTS = {
     # Fan-outs (all-gather, broadcast) are almost all stores: the store hints.
     "now-st-cs": KernelSettings(st_hint=".cs"),
     "now-st-no-l1": KernelSettings(st_hint=".L1::no_allocate"),
+    "now-pipelined": KernelSettings(pipeline=True),
 }
 
 

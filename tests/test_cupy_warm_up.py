@@ -28,8 +28,8 @@ def test_kernel_settings_become_the_builds_defines(monkeypatch):
     from purlin_bench.backends.cupy.executor import KernelSettings
 
     assert KernelSettings().defines() == ()
-    assert KernelSettings(ld_hint=".L2::256B", st_hint=".cs", short_reduce=False, shared_bases=False, short_batch=1).defines() == (
-        '-DPURLIN_LD_HINT=".L2::256B"', '-DPURLIN_ST_HINT=".cs"', "-DPURLIN_SHORT_REDUCE=0", "-DPURLIN_SHARED_BASES=0", "-DSHORT_BATCH=1",
+    assert KernelSettings(ld_hint=".L2::256B", st_hint=".cs", short_reduce=False, shared_bases=False, short_batch=1, pipeline=True).defines() == (
+        '-DPURLIN_LD_HINT=".L2::256B"', '-DPURLIN_ST_HINT=".cs"', "-DPURLIN_SHORT_REDUCE=0", "-DPURLIN_SHARED_BASES=0", "-DSHORT_BATCH=1", "-DPURLIN_PIPELINE=1",
     )
     # the warm-up builds the variants a backend with those settings runs
     built = []

@@ -57,6 +57,7 @@ class KernelSettings:
     short_reduce: bool = True
     shared_bases: bool = True
     short_batch: int | None = None
+    pipeline: bool = False  # copies load a round ahead of their stores: an experiment of the fan-outs' bandwidth
 
     def defines(self) -> tuple[str, ...]:
         """The nvrtc options these settings add to a variant's build."""
@@ -65,6 +66,7 @@ class KernelSettings:
         out += [] if self.short_reduce else ["-DPURLIN_SHORT_REDUCE=0"]
         out += [] if self.shared_bases else ["-DPURLIN_SHARED_BASES=0"]
         out += [] if self.short_batch is None else [f"-DSHORT_BATCH={self.short_batch}"]
+        out += ["-DPURLIN_PIPELINE=1"] if self.pipeline else []
         return tuple(out)
 
 

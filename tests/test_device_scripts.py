@@ -1,0 +1,43 @@
+"""The device scripts' case lists and kernel variants, checked on the CPU:
+a typo in a case would otherwise surface only on the lent GPU, minutes into
+a call (scripts/datapath_survey.py, scripts/kernel_ab.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+
+from datapath_survey import SETS, parse_case  # noqa: E402
+from kernel_ab import VARIANTS  # noqa: E402
+
+from purlin_bench.backends.cupy.executor import PARAMS  # noqa: E402
+from purlin_bench.bench.run import instances  # noqa: E402
+from purlin_bench.dtypes import resolve_dtype  # noqa: E402
+from purlin_bench.planner import plan  # noqa: E402
+from purlin_bench.spec import load_builtin  # noqa: E402
+
+CASES = sorted({case for cases in SETS.values() for case in cases})
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_case_of_every_set_plans(case):
+    name, dtype, sizes, config = parse_case(case)
+    known = {p.name: p for p in PARAMS}
+    for key, value in config.exec_params:
+        assert key in known, f"{case}: {key} is no datapath parameter of the cupy backend"
+        known[key].check(value)
+    spec = load_builtin(name)
+    canonical, _ = resolve_dtype(dtype)
+    for _, inst in instances(spec, sizes, 8, canonical, 0):
+        plan(inst, config.strategy, canonical, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
+
+
+def test_the_kernel_variants_differ_and_now_is_the_default():
+    from purlin_bench.backends.cupy.executor import KernelSettings
+
+    assert VARIANTS["now"] == KernelSettings()
+    assert len(set(VARIANTS.values())) == len(VARIANTS)
