@@ -116,8 +116,7 @@ class TunedCollective:
     def service(self) -> MeasurementService:
         if self._service is None:
             cls = backend_class(self.backend)
-            devices = self.plan.fingerprint.devices
-            gpus = devices if cls.has_devices and len(devices) > 1 else None
+            gpus = _plan_gpus(self.plan, self.backend)
             resolve_backend(self.backend)  # one line where it cannot run here (override=True on another machine)
             self._service = MeasurementService(make(cls, self.ranks, gpus))
         return self._service
@@ -145,7 +144,8 @@ def load_plan(
         path = Path(target)
         plan = load_plan_file(path, spec)
         run_backend = backend or plan.backend
-        here = _machine(backend or _natural_backend(), ranks or plan.ranks, gpus if gpus is not None else _plan_gpus(plan))
+        machine_backend = backend or _natural_backend()
+        here = _machine(machine_backend, ranks or plan.ranks, gpus if gpus is not None else _plan_gpus(plan, machine_backend))
     else:
         collective = str(target)
         canonical_dtype, _ = resolve_dtype(dtype)
@@ -233,11 +233,14 @@ def _natural_backend() -> str:
     return resolve_backend(AUTO)[0].name
 
 
-def _plan_gpus(plan: PlanArtifact) -> tuple[int, ...] | None:
-    """The GPUs a plan file's layout opens in this process: none for ranks in
-    processes, whose launcher maps each rank to its GPU (the plan's devices
-    are every rank's, (0, 0) for 2 processes on one GPU)."""
-    if is_procs_layout(plan.fingerprint.layout):
+def _plan_gpus(plan: PlanArtifact, backend: str) -> tuple[int, ...] | None:
+    """The GPUs a plan file's layout opens in this process on ``backend``:
+    one rank per GPU where the plan had several and the backend runs on GPUs;
+    none for ranks in processes, whose launcher maps each rank to its GPU
+    (the plan's devices are every rank's, (0, 0) for 2 processes on one GPU),
+    and none on a backend that simulates its ranks (a GPU plan on the numpy
+    reference, override=True)."""
+    if is_procs_layout(plan.fingerprint.layout) or not backend_class(backend).has_devices:
         return None
     devices = plan.fingerprint.devices
     return devices if len(devices) > 1 else None

@@ -17,7 +17,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 \
   || { echo "editable install failed (see install.log); using PYTHONPATH"; export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}; }
-purlin() { python3 -m purlin_bench.cli.main "$@"; }
+PURLIN="python3 -m purlin_bench.cli.main"  # not the console script: where the editable install fails, PYTHONPATH is all there is
 # A fresh machine compiles every kernel variant (about a second each) before its
 # first timing; carrying the last call's CuPy cache back in (.kcache or .kcache.tgz, packed by
 # step pack as kcache.tgz) skips that. CuPy keys entries by source, options,
@@ -59,28 +59,28 @@ step_bench-vs-trial() {  # issue 13: a bench row and a tune trial of the same co
 }
 step_check-small() {  # every reduction and dtype at counts that take the scalar and the one-vector paths
   for c in all-reduce reduce-scatter reduce; do
-    timeout 100 purlin check $c --backend cupy --ranks 3,8 --strategy all --dtype all --op all --count 1,7,1001,4099 --root 0 --failed-only 2>&1 | tee -a "$OUT/check-small.log" | tail -3
+    timeout 100 $PURLIN check $c --backend cupy --ranks 3,8 --strategy all --dtype all --op all --count 1,7,1001,4099 --root 0 --failed-only 2>&1 | tee -a "$OUT/check-small.log" | tail -3
   done
 }
 step_check-compiled() {  # the compiled datapath (the small-message default) through the check matrix
-  timeout ${CHECK_COMPILED_LIMIT:-300} purlin check all --backend cupy --kernel compiled --ranks 2,3,8 --strategy all --dtype float32,bfloat16,int32 --count 1,1001,16384 --root all --failed-only 2>&1 | tee "$OUT/check-compiled.log" | tail -6
+  timeout ${CHECK_COMPILED_LIMIT:-300} $PURLIN check all --backend cupy --kernel compiled --ranks 2,3,8 --strategy all --dtype float32,bfloat16,int32 --count 1,1001,16384 --root all --failed-only 2>&1 | tee "$OUT/check-compiled.log" | tail -6
 }
 step_check() {
-  timeout 300 purlin check all --backend cupy --ranks 1,2,3,4,5,8 --strategy all --dtype float32,float16,bfloat16,int32 --count 1,1001,65536 --root all 2>&1 | tee "$OUT/check.log" | tail -25
+  timeout 300 $PURLIN check all --backend cupy --ranks 1,2,3,4,5,8 --strategy all --dtype float32,float16,bfloat16,int32 --count 1,1001,65536 --root all 2>&1 | tee "$OUT/check.log" | tail -25
 }
 step_bench() {  # a quick look: every strategy, a coarse size sweep, two collectives
   for c in all-reduce all-gather; do
-    timeout 150 purlin bench $c -b 8 -e 256M -f 8 --strategy all --json "$OUT/quick-$c.json" 2>&1 | tee "$OUT/quick-$c.log" | tail -45
+    timeout 150 $PURLIN bench $c -b 8 -e 256M -f 8 --strategy all --json "$OUT/quick-$c.json" 2>&1 | tee "$OUT/quick-$c.log" | tail -45
   done
 }
 step_bench-wide() {  # every collective and strategy at a few sizes, float32 and bfloat16
   for d in float32 bfloat16; do
-    timeout 200 purlin bench all -b 8 -e 256M -f 32 -d $d --strategy all --json "$OUT/wide-$d.json" 2>&1 | tee "$OUT/wide-$d.log" | grep -E "^#|^[a-z-]+  \(" 
+    timeout 200 $PURLIN bench all -b 8 -e 256M -f 32 -d $d --strategy all --json "$OUT/wide-$d.json" 2>&1 | tee "$OUT/wide-$d.log" | grep -E "^#|^[a-z-]+  \(" 
   done
 }
 step_bench-full() {  # the performance page's sweep: all collectives, 16 B .. 1 GiB (pass the dtype)
   for d in ${DTYPES:-float32 bfloat16}; do
-    timeout ${BENCH_LIMIT:-150} purlin bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --json "$OUT/bench-$d.json" --plot "$OUT/bench-$d.png" 2>&1 \
+    timeout ${BENCH_LIMIT:-150} $PURLIN bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --json "$OUT/bench-$d.json" --plot "$OUT/bench-$d.png" 2>&1 \
       | tee "$OUT/bench-$d.log" | grep -E "^#|^[a-z-]+  \("
   done
 }
@@ -90,47 +90,47 @@ step_tune() {  # the committed H200 plans: every collective, float32 and bfloat1
   for c in ${TUNE_MAIN-all-reduce all-gather reduce-scatter all-to-all}; do
     # 150 s for both dtypes: at 110 s the first collective of a fresh machine (all-reduce,
     # which also builds the baseline kernels) wrote float32 and ran out in bfloat16
-    timeout ${TUNE_LIMIT:-150} purlin tune $c --sweep sweeps/h200.yaml --trials 16 --timeout 4 --seed 1 ${TUNE_ARGS:-} \
+    timeout ${TUNE_LIMIT:-150} $PURLIN tune $c --sweep sweeps/h200.yaml --trials 16 --timeout 4 --seed 1 ${TUNE_ARGS:-} \
       --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -15
   done
   for c in ${TUNE_REST-broadcast reduce gather scatter}; do
     # 62 s and one finals round: on 2026-12-03 two rounds at 44 s ran out of time
     # (the finals time four configurations at every probe of five buckets)
-    timeout ${TUNE_REST_LIMIT:-62} purlin tune $c --sweep sweeps/h200.yaml --sizes 8,64K,1M,16M,256M --trials 10 --timeout 2 --seed 1 --confirm 1 \
+    timeout ${TUNE_REST_LIMIT:-62} $PURLIN tune $c --sweep sweeps/h200.yaml --sizes 8,64K,1M,16M,256M --trials 10 --timeout 2 --seed 1 --confirm 1 \
       --out results --storage "sqlite:///$OUT/tune.db" 2>&1 | tee -a "$OUT/tune.log" | tail -13
   done
 }
 step_bench-plan() {  # tuned plans against the untuned default, timed side by side in one process
   for d in ${PLAN_DTYPES:-float32 bfloat16}; do
     for c in ${BENCH_PLAN-all-reduce all-gather reduce-scatter all-to-all}; do
-      timeout 40 purlin bench $c -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace --plan auto --baseline cupy,default \
+      timeout 40 $PURLIN bench $c -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace --plan auto --baseline cupy,default \
         --json "$OUT/cmp-$c-$d.json" 2>&1 | tee "$OUT/cmp-$c-$d.log" | grep -E "^# (Speed|Avg)|rror" | sed "s/^/$c $d /"
     done
   done
 }
 step_bench-plan-all() {  # every committed plan against the default, side by side, one process per dtype
   for d in ${PLAN_DTYPES:-float32 bfloat16}; do
-    timeout ${PLAN_LIMIT:-130} purlin bench all -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace --plan auto --baseline default \
+    timeout ${PLAN_LIMIT:-130} $PURLIN bench all -b 16 -e 256M -f 16 -n 20 -w 3 -G 5 -d $d --no-inplace --plan auto --baseline default \
       --json "$OUT/cmp-all-$d.json" 2>&1 | tee "$OUT/cmp-all-$d.log" | grep -E "^# (Speed|Avg|Out)|rror|^[a-z-]+  \(" | sed "s/^/$d /"
   done
 }
 step_search() {  # tuner against exhaustive search on one bucket (docs/tuning.md): quick.yaml's 126 configurations
-  timeout 120 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler bruteforce --trials 200 --confirm 0 \
+  timeout 120 $PURLIN tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler bruteforce --trials 200 --confirm 0 \
     --out /tmp/exhaustive --storage "sqlite:///$OUT/search-bruteforce.db" 2>&1 | tail -4
   for seed in 1 2 3; do
-    timeout 40 purlin tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler tpe --trials 31 --seed $seed --confirm 0 \
+    timeout 40 $PURLIN tune all-reduce --sweep quick --sizes 1M --dtype float32 --sampler tpe --trials 31 --seed $seed --confirm 0 \
       --out /tmp/tpe$seed --storage "sqlite:///$OUT/search-tpe$seed.db" 2>&1 | tail -4
   done
 }
 step_procs-smoke() {  # issue 14: a first look at ranks in processes on one GPU (CUDA IPC), full output
-  timeout 90 purlin check all-reduce --procs 2 --backend cupy --strategy all --dtype float32,bfloat16 --count 1,1001 2>&1 | tee "$OUT/procs-smoke.log" | tail -30
+  timeout 90 $PURLIN check all-reduce --procs 2 --backend cupy --strategy all --dtype float32,bfloat16 --count 1,1001 2>&1 | tee "$OUT/procs-smoke.log" | tail -30
 }
 step_tests-core() {  # the GPU tests but the multi-process and compiled ones (steps procs-check and compiled-tests run those)
   timeout ${TESTS_LIMIT:-330} python3 -m pytest -q -p no:cacheprovider -m gpu -k "${TESTS_K:-not procs and not compiled}" -o addopts="" --timeout 240 --maxfail 10 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -30
 }
 step_procs-check() {  # issue 14's done-means on one GPU: every collective, strategy, dtype, count and root; PROCS_N processes
   for n in ${PROCS_N:-2 4}; do
-    timeout ${PROCS_CHECK_LIMIT:-200} purlin check all --procs $n --backend cupy --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/procs-check-$n.log" | tail -6
+    timeout ${PROCS_CHECK_LIMIT:-200} $PURLIN check all --procs $n --backend cupy --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/procs-check-$n.log" | tail -6
   done
 }
 step_procs-profile() {  # issue 14: where a check with ranks in processes spends its time: each row's seconds, and cProfile of every rank under torchrun
@@ -138,7 +138,7 @@ step_procs-profile() {  # issue 14: where a check with ranks in processes spends
   timeout ${PROCS_PROFILE_LIMIT:-80} python3 -m torch.distributed.run --nproc-per-node 2 --no-python \
     bash -c "exec python3 -m cProfile -o \"$OUT/prof-2-\$RANK.pstats\" -m purlin_bench.cli.main $args > \"$OUT/prof-2-\$RANK.json\"" 2>&1 | tail -4
   for n in ${PROCS_PROFILE_N:-4}; do
-    ( time timeout ${PROCS_PROFILE_LIMIT:-80} purlin $args --procs $n > "$OUT/rows-$n.json" ) 2>&1 | tail -6
+    ( time timeout ${PROCS_PROFILE_LIMIT:-80} $PURLIN $args --procs $n > "$OUT/rows-$n.json" ) 2>&1 | tail -6
   done
 }
 step_procs-stacks() {  # issue 14: bench --procs on cupy printed nothing for 90-150 s; every process's Python stack after PROCS_STACKS_S s, then the GPU bench test
@@ -152,7 +152,7 @@ step_procs-stacks() {  # issue 14: bench --procs on cupy printed nothing for 90-
   timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 190 -rfE tests/test_procs.py -k "one_gpu and bench" 2>&1 | tail -8
 }
 step_procs() {  # issue 14 on one GPU: bench, a killed rank, the torch example under torchrun, purlin under torchrun
-  timeout 90 purlin bench all-reduce --procs 2 --backend cupy -b 8 -e 1M -f 8 -n 5 -w 1 -G 3 --baseline nccl,default 2>&1 | tee "$OUT/procs-bench.log" | tail -14
+  timeout 90 $PURLIN bench all-reduce --procs 2 --backend cupy -b 8 -e 1M -f 8 -n 5 -w 1 -G 3 --baseline nccl,default 2>&1 | tee "$OUT/procs-bench.log" | tail -14
   timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 140 -rfE tests/test_procs.py -k "killing and cupy" 2>&1 | tee "$OUT/procs-kill.log" | tail -5
   if [ -f examples/tp_mlp.py ]; then
     timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 2>&1 | tee "$OUT/procs-tp-mlp.log" | tail -6
@@ -161,10 +161,11 @@ step_procs() {  # issue 14 on one GPU: bench, a killed rank, the torch example u
   timeout 90 python3 -m torch.distributed.run --nproc-per-node 2 -m purlin_bench check all-reduce --backend cupy --strategy all --dtype float32,bfloat16 2>&1 | tee "$OUT/procs-torchrun.log" | tail -3
 }
 step_procs-tune() {  # issue 14: a tune with ranks in processes on one GPU writes a plan for that layout, then bench reads it back
-  timeout ${PROCS_TUNE_LIMIT:-150} purlin tune all-reduce --procs 2 --backend cupy --trials 3 --sizes 1K --confirm 1 --dtype float32 \
+  rm -rf /tmp/procs-tune  # a warm machine keeps the last call's plan: never bench that one
+  timeout ${PROCS_TUNE_LIMIT:-150} $PURLIN tune all-reduce --procs 2 --backend cupy --trials 3 --sizes 1K --confirm 1 --dtype float32 \
     --out /tmp/procs-tune --storage "sqlite:///$OUT/procs-tune.db" 2>&1 | tee "$OUT/procs-tune.log" | tail -12
   local plan; plan=$(find /tmp/procs-tune -name 'all-reduce-*.json' | head -1); echo "plan: $plan" | tee -a "$OUT/procs-tune.log"
-  [ -n "$plan" ] && timeout 60 purlin bench all-reduce --procs 2 --backend cupy -b 1K -e 1K -n 5 -w 1 -G 3 --plan "$plan" --baseline default --no-inplace 2>&1 | tee -a "$OUT/procs-tune.log" | tail -8
+  [ -n "$plan" ] && timeout 60 $PURLIN bench all-reduce --procs 2 --backend cupy -b 1K -e 1K -n 5 -w 1 -G 3 --plan "$plan" --baseline default --no-inplace 2>&1 | tee -a "$OUT/procs-tune.log" | tail -8
   cp -r /tmp/procs-tune "$OUT/procs-tune-plans" 2>/dev/null
 }
 step_compiled() { step_compiled-tests; step_compiled-bench; }
@@ -173,7 +174,7 @@ step_compiled-tests() {  # issue 16: the compiled datapath on the GPU, checked l
 }
 step_compiled-bench() {  # issue 16: the compiled kernel timed beside the default (interpreted), torch and CuPy
   for d in float32 bfloat16; do  # the compiled kernel beside the default (interpreted) and CuPy, in one process
-    timeout ${COMPILED_BENCH_LIMIT:-150} purlin bench all -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 -d $d --kernel compiled --baseline torch,cupy,default --no-inplace --json "$OUT/compiled-$d.json" 2>&1 | tee "$OUT/compiled-$d.log" | grep -E "^# (Speed|Avg)|rror|^[a-z-]+  \(" | tail -20
+    timeout ${COMPILED_BENCH_LIMIT:-150} $PURLIN bench all -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 -d $d --kernel compiled --baseline torch,cupy,default --no-inplace --json "$OUT/compiled-$d.json" 2>&1 | tee "$OUT/compiled-$d.log" | grep -E "^# (Speed|Avg)|rror|^[a-z-]+  \(" | tail -20
   done
 }
 step_compiled-ab() {  # issue 16: the compiled kernel at 512 and 128 threads (the set's cases), beside KERNEL_AB_VARIANTS
@@ -181,13 +182,14 @@ step_compiled-ab() {  # issue 16: the compiled kernel at 512 and 128 threads (th
 }
 step_compiled-large() {  # issue 16: 16 B .. 1 GiB, the compiled kernel beside the interpreter and torch (the geometric mean, the 0.95x floor)
   for d in ${DTYPES:-float32}; do
-    timeout ${COMPILED_LARGE_LIMIT:-200} purlin bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --kernel compiled --baseline torch,default --no-inplace --json "$OUT/compiled-large-$d.json" 2>&1 | tee "$OUT/compiled-large-$d.log" | grep -E "^# (Speed|Avg|build)|rror|^[a-z-]+  \(" | tail -30
+    timeout ${COMPILED_LARGE_LIMIT:-200} $PURLIN bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --kernel compiled --baseline torch,default --no-inplace --json "$OUT/compiled-large-$d.json" 2>&1 | tee "$OUT/compiled-large-$d.log" | grep -E "^# (Speed|Avg|build)|rror|^[a-z-]+  \(" | tail -30
   done
 }
 step_compiled-each() {  # issue 16: one collective a command (COLLECTIVES), sizes 16 B .. 256 MiB by 16x, each line stamped with the time it came
   for c in ${COLLECTIVES:-reduce-scatter all-to-all broadcast reduce gather scatter}; do
-    timeout ${COMPILED_EACH_LIMIT:-85} purlin bench $c -b 16 -e 1G -f ${COMPILED_EACH_F:-16} -n 10 -w 2 -G 3 -d ${DTYPES:-float32} --kernel compiled --baseline torch,default --no-inplace \
-      --json "$OUT/compiled-each-$c.json" 2>&1 | while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done | tee "$OUT/compiled-each-$c.log" | grep -E "Speed|rror|strategy" | cut -c1-200
+    timeout ${COMPILED_EACH_LIMIT:-85} $PURLIN bench $c -b 16 -e 1G -f ${COMPILED_EACH_F:-16} -n 10 -w 2 -G 3 -d ${DTYPES:-float32} --kernel compiled --baseline torch,default --no-inplace \
+      --json "$OUT/compiled-each-$c.json" 2>&1 | while IFS= read -r line || [ -n "$line" ]; do printf '%(%T)T %s\n' -1 "$line"; done | tee "$OUT/compiled-each-$c.log" | grep -E "Speed|rror|strategy" | cut -c1-200
+    echo "$c: exit ${PIPESTATUS[0]}" | tee -a "$OUT/compiled-each-$c.log"
   done
 }
 step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the floor: the write rate, then kernel variants side by side
@@ -198,13 +200,13 @@ step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the 
 step_procs-short() {  # issue 14 in four minutes: the torch example, a killed rank on the GPU, the compiled kernel beside the interpreter
   timeout 110 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 2>&1 | tee "$OUT/procs-tp-mlp.log" | tail -8
   timeout 60 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 55 -rfE tests/test_procs.py -k "killing and cupy" 2>&1 | tee "$OUT/procs-kill.log" | tail -5
-  timeout 60 purlin bench all-reduce -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 --kernel compiled --baseline torch,cupy,default --no-inplace 2>&1 | tee "$OUT/compiled-all-reduce.log" | tail -16
+  timeout 60 $PURLIN bench all-reduce -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 --kernel compiled --baseline torch,cupy,default --no-inplace 2>&1 | tee "$OUT/compiled-all-reduce.log" | tail -16
 }
 step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench against NCCL, tune, bench the plans
-  timeout 240 purlin check all --backend cupy --gpus all --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/mgpu-check.log" | tail -5
-  timeout 300 purlin bench all --gpus all -b 8 -e 1G -f 2 --baseline nccl -c 1 --json "$OUT/mgpu-bench.json" --plot "$OUT/mgpu-bench.png" 2>&1 | tee "$OUT/mgpu-bench.log" | grep -E "^#"
-  timeout 600 purlin tune all --gpus all --sweep quick --out results --storage "sqlite:///$OUT/mgpu-tune.db" 2>&1 | tail -20
-  timeout 300 purlin bench all --gpus all -b 8 -e 1G -f 4 --baseline nccl --plan auto --json "$OUT/mgpu-plan.json" 2>&1 | grep -E "^#"
+  timeout 240 $PURLIN check all --backend cupy --gpus all --strategy all --dtype float32,bfloat16,int32 --count 1,1001,65539 --root all --failed-only 2>&1 | tee "$OUT/mgpu-check.log" | tail -5
+  timeout 300 $PURLIN bench all --gpus all -b 8 -e 1G -f 2 --baseline nccl -c 1 --json "$OUT/mgpu-bench.json" --plot "$OUT/mgpu-bench.png" 2>&1 | tee "$OUT/mgpu-bench.log" | grep -E "^#"
+  timeout 600 $PURLIN tune all --gpus all --sweep quick --out results --storage "sqlite:///$OUT/mgpu-tune.db" 2>&1 | tail -20
+  timeout 300 $PURLIN bench all --gpus all -b 8 -e 1G -f 4 --baseline nccl --plan auto --json "$OUT/mgpu-plan.json" 2>&1 | grep -E "^#"
 }
 step_pack() {  # at most 8 files come back: one archive of everything (PACK_TO: write it there, keep $OUT)
   local to=${PACK_TO:-$OUT}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections import defaultdict
 
 SMALL = 64 << 10
@@ -23,20 +24,26 @@ LARGE = 256 << 20
 
 def _bytes(n: int) -> str:
     for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if n >= 1 << shift:
+        if n >= 1 << shift and n % (1 << shift) == 0:
             return f"{n >> shift} {unit}"
     return f"{n} B"
 
 
 def summarise(paths: list[str], baseline: str) -> str:
     rows = defaultdict(list)
-    sources = []
+    sources, seen = [], {}
     for path in paths:
         data = json.load(open(path))
         env = data["environment"]
-        sources.append(f"`{data['command']}` ({env.get('gpu', 'cpu')}, driver {env.get('driver', '?')}, CUDA runtime {env.get('cuda_runtime', '?')})")
+        sources.append(f"- `{data['command']}` ({env.get('gpu', 'cpu')}, driver {env.get('driver', '?')}, CUDA runtime {env.get('cuda_runtime', '?')})")
         for r in data["results"]:
-            rows[(r["collective"], r["type"], r["strategy"].split("(")[0])].append(r)
+            key = (r["collective"], r["type"], r["strategy"].split("(")[0], r["size"])
+            if key in seen:
+                sys.exit(f"perf_summary: {path} and {seen[key]} both have {key[0]} {key[1]} {key[2]} at {r['size']} B: pool the files of one sweep, not two runs")
+            seen[key] = path
+            if baseline not in r["baselines"]:
+                sys.exit(f"perf_summary: {path} has no baseline {baseline!r} (it has: {', '.join(r['baselines']) or 'none'}); pass --baseline")
+            rows[key[:3]].append(r)
     lines = [*sources, ""]
     lines += [
         f"| collective | dtype | strategy | sizes | <= 64 KiB: time (us) | <= 64 KiB: worst time / {baseline}'s | geomean vs {baseline} | worst vs {baseline} (size) | % floor at >= 256 MiB | #wrong |",

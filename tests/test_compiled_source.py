@@ -225,3 +225,23 @@ def test_ops_that_share_no_element_pass_no_barrier_between_them():
     body = CupyBackend(8).source(program, kernel="compiled").split('extern "C" __global__', 1)[1]
     assert len(low.ops) > 100 and not (low.ops["nwait"].any() or low.ops["nnotify"].any())
     assert body.count("__syncthreads()") == 0
+
+
+def test_build_seconds_are_counted_once_per_build_also_after_eviction(monkeypatch):
+    """What bench's `# build:` line adds up: a program held in the process
+    costs 0 s again; one evicted from the process's table and wanted again
+    is built again, and counted again."""
+    from purlin_bench.backends.cupy import compiled
+
+    builds = []
+    monkeypatch.setattr(compiled, "_build", lambda source, options, device: (builds.append(source) or f"kernel {source}", 1.5))
+    monkeypatch.setattr(compiled, "_BUILT", type(compiled._BUILT)())
+    monkeypatch.setattr(compiled, "_BUILT_KEPT", 2)
+    assert compiled.compiled_kernel("a", (), 0) == ("kernel a", 1.5)
+    assert compiled.compiled_kernel("a", (), 0) == ("kernel a", 0.0)
+    compiled.compiled_kernel("b", (), 0)
+    compiled.compiled_kernel("a", (), 0)  # a is now the most recent: c evicts b
+    compiled.compiled_kernel("c", (), 0)
+    assert compiled.compiled_kernel("a", (), 0)[1] == 0.0
+    assert compiled.compiled_kernel("b", (), 0)[1] == 1.5
+    assert builds == ["a", "b", "c", "b"]

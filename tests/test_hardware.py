@@ -117,3 +117,11 @@ def test_differences_name_what_differs():
     diffs = here.differences(other)
     assert any("GPU type h200" in d and "a100" in d for d in diffs)
     assert any("rank layout 8vr vs nvlink-8" in d for d in diffs)
+
+
+def test_a_layout_of_ranks_in_processes_is_told_from_the_others():
+    from purlin_bench.hardware import is_procs_layout, layout_slug, procs_layout_slug
+
+    assert all(is_procs_layout(procs_layout_slug(n, g)) for n in (2, 8, 16) for g in (None, 1, 8))
+    assert not any(is_procs_layout(layout_slug(8, g, peer)) for g in (1, 8) for peer in (False, True))
+    assert not is_procs_layout("2proc-") and not is_procs_layout("x2proc-1gpu")

@@ -73,7 +73,7 @@ def test_copies_get_four_vectors_in_flight_reductions_keep_the_executor_default(
     assert default_config(_at("all-gather", 1 << 20), backend="numpy").exec_params == ()
 
 
-def test_small_messages_on_one_gpu_get_the_compiled_kernel_at_128_threads():
+def test_one_gpu_gets_the_compiled_kernel_up_to_its_bound_and_128_threads_for_small_messages():
     from purlin_bench.backends.cupy import COMPILED_MAX_BYTES, COMPILED_SMALL_BYTES
 
     compiled = {"kernel": "compiled", "threads": 128}

@@ -121,6 +121,19 @@ def test_a_plan_of_ranks_in_processes_on_a_gpu_opens_no_gpus_itself(tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("layout, devices, backend, opened", [
+    ("2proc-1gpu", (0, 0), "fake", None),  # the launcher maps ranks in processes to GPUs
+    ("nvlink-2", (0, 1), "fake", (0, 1)),  # one process over both GPUs, as tuned
+    ("nvlink-2", (0, 1), "numpy", None),  # simulated ranks: no GPUs to open
+])
+def test_the_gpus_a_plan_file_opens(tmp_path, layout, devices, backend, opened):
+    fp = replace(H200, layout=layout, ranks=2, devices=devices)
+    path = tmp_path / "plan.json"
+    write_plan(replace(make_plan(fingerprint=fp, backend="cupy"), ranks=2), path)
+    tuned = load_plan(path, override=True, backend=backend)
+    assert tuned.service().backend.gpus == opened
+
+
 def test_bad_inputs(results):
     tuned = load_plan("all-reduce", "float32", RANKS, results_dir=results)
     inputs, _ = inputs_for("all-reduce", 64)

@@ -24,8 +24,8 @@ options and the toolkit, so a program compiles once per machine.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Sequence
 
 from purlin_bench.backends.cupy.lower import BUFFER_INDEX, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE, Lowered
@@ -289,18 +289,25 @@ def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout
 def compiled_kernel(source: str, options: tuple[str, ...], device: int):
     """``source``'s kernel on ``device`` and the seconds this call spent
     building it (NVRTC on a machine's first use, CuPy's on-disk cache after;
-    0 when this process built it already)."""
+    0 when this process holds it already)."""
     key = (source, options, device)
-    first = key not in _built
+    if key in _BUILT:
+        _BUILT.move_to_end(key)
+        return _BUILT[key], 0.0
     kernel, seconds = _build(source, options, device)
-    _built.add(key)
-    return kernel, seconds if first else 0.0
+    _BUILT[key] = kernel
+    if len(_BUILT) > _BUILT_KEPT:
+        # A bench of every collective from 16 B to 64 MiB, in and out of place,
+        # builds more programs than this: one evicted and wanted again is
+        # rebuilt (from CuPy's disk cache) and its seconds counted again.
+        _BUILT.popitem(last=False)
+    return kernel, seconds
 
 
-_built: set[tuple] = set()
+_BUILT: OrderedDict[tuple, object] = OrderedDict()
+_BUILT_KEPT = 256
 
 
-@lru_cache(maxsize=256)
 def _build(source: str, options: tuple[str, ...], device: int):
     import cupy
 
