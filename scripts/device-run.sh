@@ -62,7 +62,9 @@ step_check-small() {  # every reduction and dtype at counts that take the scalar
     timeout 100 $PURLIN check $c --backend cupy --ranks 3,8 --strategy all --dtype all --op all --count 1,7,1001,4099 --root 0 --failed-only 2>&1 | tee -a "$OUT/check-small.log" | tail -3
   done
 }
-step_check-compiled() {  # the compiled datapath (the small-message default) through the check matrix
+step_check-compiled() {  # the compiled datapath (the default up to 64 MiB) through the check matrix, its programs built on every core first
+  # NVRTC builds each program on first use: one process checked 524 of the 4500 in 200 s, building each (2026-12-03)
+  timeout ${CHECK_COMPILED_WARM_LIMIT:-360} python3 scripts/warm_kernels.py --check-compiled 2,3,8 1,1001,16384 float32,bfloat16,int32 2>&1 | tee "$OUT/check-compiled-warm.log" | tail -4
   timeout ${CHECK_COMPILED_LIMIT:-300} $PURLIN check all --backend cupy --kernel compiled --ranks 2,3,8 --strategy all --dtype float32,bfloat16,int32 --count 1,1001,16384 --root all --failed-only 2>&1 | tee "$OUT/check-compiled.log" | tail -6
 }
 step_check() {

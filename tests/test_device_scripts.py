@@ -41,3 +41,27 @@ def test_the_kernel_variants_differ_and_now_is_the_default():
 
     assert VARIANTS["now"] == KernelSettings()
     assert len(set(VARIANTS.values())) == len(VARIANTS)
+
+
+def test_the_compiled_warm_up_builds_what_the_check_runs():
+    """scripts/warm_kernels.py --check-compiled: its jobs are the rows the
+    check matrix runs (every collective, strategy, root, in and out of place;
+    not its n/a rows), each of which must reach a worker process."""
+    import json
+    import pickle
+    import subprocess
+
+    from warm_kernels import check_jobs
+
+    jobs = check_jobs("2,3", "1,1001", "float32,int32")
+    done = subprocess.run(
+        [sys.executable, "-m", "purlin_bench", "check", "all", "--backend", "numpy", "--ranks", "2,3", "--count", "1,1001", "--dtype", "float32,int32", "--strategy", "all", "--root", "all", "--json"],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    fields = ("collective", "ranks", "root", "count", "dtype", "redop", "strategy", "inplace")
+    ran = {tuple(row[f] for f in fields) for row in json.loads(done.stdout)["results"] if row["status"] != "n/a"}
+    assert {tuple(getattr(combo, f) for f in fields) for combo, _ in jobs} == ran
+    assert len(jobs) == len(ran)
+    combo, inst = pickle.loads(pickle.dumps(jobs[-1]))
+    assert combo == jobs[-1][0] and inst.in_counts == jobs[-1][1].in_counts
