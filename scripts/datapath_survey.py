@@ -64,6 +64,14 @@ SETS = {
         for c, st in (("all-gather", "push"), ("broadcast", "two-shot"), ("all-to-all", "push"))
         for x in ("", ",blocks=4", ",blocks=8", ",blocks=32", ",threads=256")
     ],
+    # Gather and scatter against torch's one copy kernel (0.84-0.98x at every
+    # size on 2026-12-03): the block count and block size at small and mid
+    # sizes, and the copy engines below their 4 MiB-a-flow threshold.
+    "rooted": [
+        f"{c}:float32:256,64K,1M,16M:{st}:unroll=4{x}"
+        for c, st in (("gather", "push"), ("scatter", "direct"))
+        for x in ("", ",kernel=compiled", ",kernel=compiled,blocks=1", ",kernel=compiled,blocks=32", ",kernel=compiled,threads=256", ",datapath=ce")
+    ],
     # Small and mid messages: latency of the candidates for the defaults.
     "small": [
         "broadcast:float32:8,1K,64K,1M,16M:direct", "broadcast:float32:8,1K,64K,1M,16M:two-shot",
@@ -144,17 +152,25 @@ def parse_case(text: str):
 def launch_floor(iters: int, reps: int) -> dict[str, float]:
     """Microseconds per call of kernels that do nothing, replayed from a CUDA
     graph the way the benchmark replays collectives: what no configuration
-    of a one-launch collective can beat at small sizes."""
+    of a one-launch collective can beat at small sizes. Also the shape of
+    the compiled gather and scatter of 8 ranks (8 blocks of 128 threads, 36
+    pointer parameters: 24 buffers, 8 flag words, epochs, status, abort, a
+    timeout), which take 0.1-0.25 us longer than torch's one copy kernel."""
     import cupy
 
     from purlin_bench.backends.cupy.timing import time_calls
 
     nop = cupy.RawKernel('extern "C" __global__ void nop(int* p) { if (p && threadIdx.x == 1024) p[0] = 0; }', "nop")
+    params = ", ".join(f"char* b{i}" for i in range(35))
+    wide = cupy.RawKernel(f'extern "C" __global__ void wide(int* p, {params}) {{ if (p && threadIdx.x == 1024) p[0] = 0; }}', "wide")
     stream = cupy.cuda.Stream(non_blocking=True)
     floor = {}
-    for grid, threads in ((1, 32), (8, 512), (132, 512)):
+    for grid, threads in ((1, 32), (1, 128), (8, 128), (8, 512), (132, 512)):
         enqueue = lambda s, i, g=grid, t=threads: nop((g,), (t,), (0,), stream=s)  # noqa: E731
         floor[f"empty kernel {grid}x{threads}"] = time_calls(enqueue, stream, 0, iters, 2, reps, graph=True).median_us
+    for grid in (1, 8):
+        enqueue = lambda s, i, g=grid: wide((g,), (128,), (0,) * 36, stream=s)  # noqa: E731
+        floor[f"empty kernel {grid}x128, 36 pointer parameters"] = time_calls(enqueue, stream, 0, iters, 2, reps, graph=True).median_us
     return floor
 
 
@@ -170,6 +186,7 @@ def main() -> int:
     ap.add_argument("--no-shared-bases", action="store_true", help="build the Atom kernel with slice bases read from global memory")
     ap.add_argument("--auto-block-bytes", type=int, default=0, help="bytes per block of the automatic block count")
     ap.add_argument("--launch-floor", action="store_true", help="also time empty kernels from a graph (the small-size floor)")
+    ap.add_argument("--baseline", default="cupy", help="the baseline timed beside every row (cupy, torch)")
     ap.add_argument("--json")
     args = ap.parse_args()
     settings = KernelSettings(ld_hint=args.ld_hint, short_reduce=not args.no_short_reduce, shared_bases=not args.no_shared_bases, **({"auto_block_bytes": args.auto_block_bytes} if args.auto_block_bytes else {}))
@@ -180,9 +197,9 @@ def main() -> int:
     if args.launch_floor:
         for what, us in launch_floor(args.iters, args.reps).items():
             print(f"# {what}: {us:.2f} us per call (graph replay)", flush=True)
-    measurer = Measurer(MeasurementService(backend), BenchOptions(TimingPolicy(iters=args.iters, warmup=2, reps=args.reps), inplace=False, baselines=("cupy",)), bandwidth)
+    measurer = Measurer(MeasurementService(backend), BenchOptions(TimingPolicy(iters=args.iters, warmup=2, reps=args.reps), inplace=False, baselines=(args.baseline,)), bandwidth)
     rows = []
-    print(f"{'collective':15} {'dtype':9} {'size':>11} {'config':50} {'us':>10} {'cupy us':>10} {'x cupy':>7} {'%floor':>7} {'wrong':>5}", flush=True)
+    print(f"{'collective':15} {'dtype':9} {'size':>11} {'config':50} {'us':>10} {args.baseline + ' us':>10} {'x ' + args.baseline:>7} {'%floor':>7} {'wrong':>5}", flush=True)
     for name, dtype, sizes, config in cases:
         spec = load_builtin(name)
         for size, inst in instances(spec, sizes, args.ranks, dtype, 0):
@@ -193,9 +210,9 @@ def main() -> int:
                 print(f"{name:15} {dtype:9} {size:>11} {config.text():50} error: {exc}", flush=True)
                 rows.append({"collective": name, "dtype": dtype, "size": size, "config": config.to_dict(), "error": str(exc)})
                 continue
-            cupy = rec.baselines.get("cupy")
+            base = rec.baselines.get(args.baseline)
             pct = rec.roofline_pct()
-            print(f"{name:15} {dtype:9} {size:>11} {config.text():50} {rec.out_of_place.time_us:10.2f} {cupy or 0:10.2f} {rec.speedup('cupy') or 0:7.2f} {pct or 0:7.1f} {rec.out_of_place.nwrong:5}  ({time.time() - t0:.1f} s)", flush=True)
+            print(f"{name:15} {dtype:9} {size:>11} {config.text():50} {rec.out_of_place.time_us:10.2f} {base or 0:10.2f} {rec.speedup(args.baseline) or 0:7.2f} {pct or 0:7.1f} {rec.out_of_place.nwrong:5}  ({time.time() - t0:.1f} s)", flush=True)
             rows.append({**rec.to_dict(), "settings": repr(settings)})
             if args.json:
                 with open(args.json, "w") as fh:
