@@ -64,13 +64,18 @@ SETS = {
         for c, st in (("all-gather", "push"), ("broadcast", "two-shot"), ("all-to-all", "push"))
         for x in ("", ",blocks=4", ",blocks=8", ",blocks=32", ",threads=256")
     ],
-    # Gather and scatter against torch's one copy kernel (0.84-0.98x at every
-    # size on 2026-12-03): the block count and block size at small and mid
-    # sizes, and the copy engines below their 4 MiB-a-flow threshold.
-    "rooted": [
+    # Where the compiled kernel lost to torch on 2026-12-03 (run with
+    # --baseline torch): gather and scatter at every size (0.84-0.98x; torch
+    # does them as one copy kernel), the block count and size and the copy
+    # engines below their 4 MiB-a-flow threshold; all-to-all at 16-32 B
+    # (0.89x), where the default gives each flow a channel (64 groups of
+    # blocks), which paid in the interpreter's chains of ops.
+    "torch-gaps": [
         f"{c}:float32:256,64K,1M,16M:{st}:unroll=4{x}"
         for c, st in (("gather", "push"), ("scatter", "direct"))
         for x in ("", ",kernel=compiled", ",kernel=compiled,blocks=1", ",kernel=compiled,blocks=32", ",kernel=compiled,threads=256", ",datapath=ce")
+    ] + [
+        f"all-to-all:float32:16,256,4K,64K:push:unroll=4,kernel=compiled,threads=128,channels={ch}" for ch in (1, 2, 8)
     ],
     # Small and mid messages: latency of the candidates for the defaults.
     "small": [
