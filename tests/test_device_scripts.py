@@ -65,3 +65,17 @@ def test_the_compiled_warm_up_builds_what_the_check_runs():
     assert len(jobs) == len(ran)
     combo, inst = pickle.loads(pickle.dumps(jobs[-1]))
     assert combo == jobs[-1][0] and inst.in_counts == jobs[-1][1].in_counts
+
+
+def test_the_runbook_parses_and_its_header_lists_exactly_its_steps():
+    import re
+    import shutil
+    import subprocess
+
+    runbook = Path(__file__).resolve().parent.parent / "scripts" / "device-run.sh"
+    done = subprocess.run([shutil.which("bash"), "-n", str(runbook)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    text = runbook.read_text()
+    listed = re.search(r"STEP: (.*)", text).group(1).split()
+    defined = re.findall(r"^step_([a-z0-9-]+)\(\)", text, flags=re.M)
+    assert sorted(listed) == sorted(defined)
