@@ -58,11 +58,13 @@ SETS = {
     ],
     # The fan-outs' block count and block size at 256 MiB (the default's
     # strategies, unroll 4; all-to-all the control), after the write rate and
-    # the store hints were ruled out (docs/perf/issue16/NOTES.md).
+    # the store hints were ruled out (docs/perf/issue16/NOTES.md), and a
+    # copy-engine fan-out (a copy per destination: it reads the source once
+    # per destination, so it pays only if the copy engines write faster).
     "fanout-blocks": [
         f"{c}:float32:256M:{st}:unroll=4{x}"
         for c, st in (("all-gather", "push"), ("broadcast", "two-shot"), ("all-to-all", "push"))
-        for x in ("", ",blocks=4", ",blocks=8", ",blocks=32", ",threads=256")
+        for x in ("", ",blocks=4", ",blocks=8", ",blocks=32", ",threads=256", ",datapath=ce")
     ],
     # Where the compiled kernel lost to torch on 2026-12-03 (run with
     # --baseline torch): gather and scatter at every size (0.84-0.98x; torch

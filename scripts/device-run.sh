@@ -197,7 +197,7 @@ step_compiled-each() {  # issue 16: one collective a command (COLLECTIVES), size
 step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the floor: the write rate, then kernel variants side by side
   timeout 60 python3 scripts/fanout_probe.py 2>&1 | tee "$OUT/fanout-probe.log"
   # the store hints (.cs, .L1::no_allocate) were measured on 2026-12-03: +0.5-0.7%; now the copies' software pipeline
-  timeout ${FANOUT_AB_LIMIT:-200} python3 scripts/kernel_ab.py ${FANOUT_SETS:---set fanout --set fanout-blocks} ${FANOUT_VARIANTS:---variant now --variant now-pipelined} --reps 7 --json "$OUT/fanout-ab.json" 2>&1 | tee "$OUT/fanout-ab.log"
+  timeout ${FANOUT_AB_LIMIT:-200} python3 scripts/kernel_ab.py ${FANOUT_SETS:---set fanout-blocks} ${FANOUT_VARIANTS:---variant now --variant now-pipelined} --reps 7 --json "$OUT/fanout-ab.json" 2>&1 | tee "$OUT/fanout-ab.log"
 }
 step_torch-gaps() {  # issue 16: where the compiled kernel loses to torch (gather, scatter, the smallest all-to-all), variants beside torch, and empty kernels of the gather's launch shape
   timeout ${TORCH_GAPS_LIMIT:-180} python3 scripts/datapath_survey.py --set torch-gaps --baseline torch --launch-floor --iters 20 --reps 5 --json "$OUT/torch-gaps.json" 2>&1 | tee "$OUT/torch-gaps.log"
