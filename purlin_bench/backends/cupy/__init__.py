@@ -128,22 +128,22 @@ class CupyBackend(Backend):
             # One step of every other strategy reduces a source per rank; the
             # datapath takes at most MAX_SRC, a ring step two.
             config = RunConfig.make("ring", plan)
+        if inst.op != "reduce" and self.fused and config.strategy == "push":
+            single = all(len(f.consumer_ranks()) == 1 for f in inst.flows)
+            smallest = min((f.count for f in inst.flows), default=0) * inst.itemsize
+            if single and smallest >= CE_MIN_FLOW_BYTES:
+                plan["channels"] = 1
+                return RunConfig.make(config.strategy, plan, {"datapath": "ce"})
         largest = max(*inst.in_counts, *inst.out_counts) * inst.itemsize
-        small = {}
+        kernel = {}
         if self.fused and largest <= COMPILED_MAX_BYTES and inst.ranks <= COMPILED_MAX_RANKS and self._compiles(inst, config):
-            small = {"kernel": "compiled", **({"threads": 128} if largest <= COMPILED_SMALL_BYTES else {})}
+            kernel = {"kernel": "compiled", **({"threads": 128} if largest <= COMPILED_SMALL_BYTES else {})}
         if inst.op == "reduce":
-            return RunConfig.make(config.strategy, plan, small)
+            return RunConfig.make(config.strategy, plan, kernel)
         # Copies have no reduction's loads to batch: 4 vectors in flight
         # per thread take single-consumer copies from 84% to 96% of the
         # floor; reductions keep 2, which is 0.5 us faster at small sizes.
-        datapath: dict[str, Any] = {"unroll": 4, **small}
-        single = all(len(f.consumer_ranks()) == 1 for f in inst.flows)
-        smallest = min((f.count for f in inst.flows), default=0) * inst.itemsize
-        if self.fused and config.strategy == "push" and single and smallest >= CE_MIN_FLOW_BYTES:
-            plan["channels"] = 1
-            datapath = {"datapath": "ce"}
-        return RunConfig.make(config.strategy, plan, datapath)
+        return RunConfig.make(config.strategy, plan, {"unroll": 4, **kernel})
 
     @staticmethod
     def _compiles(inst: Instance, config: RunConfig) -> bool:
