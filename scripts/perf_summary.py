@@ -18,15 +18,10 @@ import statistics
 import sys
 from collections import defaultdict
 
+from purlin_bench.sizes import format_bytes
+
 SMALL = 64 << 10
 LARGE = 256 << 20
-
-
-def _bytes(n: int) -> str:
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 def summarise(paths: list[str], baseline: str) -> str:
@@ -61,10 +56,10 @@ def summarise(paths: list[str], baseline: str) -> str:
         worst = min(ratios) if ratios else (float("nan"), 0)
         big = [f"{r['roofline_pct']:.0f}" for r in rs if r["size"] >= LARGE and r["roofline_pct"]]
         wrong = sum(r["out_of_place"]["nwrong"] + ((r["in_place"] or {}).get("nwrong") or 0) for r in rs)
-        span = f"{_bytes(rs[0]['size'])}-{_bytes(rs[-1]['size'])} ({len(rs)})"
+        span = f"{format_bytes(rs[0]['size'])}-{format_bytes(rs[-1]['size'])} ({len(rs)})"
         lines.append(
             f"| {collective} | {dtype} | {strategy} | {span} | {f'{min(times):.2f}-{max(times):.2f}' if times else '-'} | {f'{max(over):.2f}x' if over else '-'} "
-            f"| {geo:.2f}x | {worst[0]:.2f}x ({_bytes(worst[1])}) | {', '.join(big) or '-'} | {wrong} |"
+            f"| {geo:.2f}x | {worst[0]:.2f}x ({format_bytes(worst[1])}) | {', '.join(big) or '-'} | {wrong} |"
         )
     if pooled:
         lines += ["", f"Every row pooled: geometric mean {statistics.geometric_mean(pooled):.2f}x over {baseline} ({len(pooled)} rows), worst {min(pooled):.2f}x."]

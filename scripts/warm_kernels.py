@@ -71,7 +71,7 @@ def check_jobs(ranks: str, counts: str, dtypes: str) -> list[tuple]:
     return [(item.combo, item.inst) for item in m.expand(request) if isinstance(item, m.Job)]
 
 
-_BACKENDS: dict[int, object] = {}
+_SERVICES: dict[int, object] = {}  # this worker's, one per rank count (as the check's Runner keeps them)
 
 
 def build_compiled(job: tuple) -> str | None:
@@ -81,12 +81,13 @@ def build_compiled(job: tuple) -> str | None:
     from purlin_bench.measurement import MeasurementService
 
     combo, inst = job
-    if combo.ranks not in _BACKENDS:
-        _BACKENDS[combo.ranks] = CupyBackend(combo.ranks)
-    backend = _BACKENDS[combo.ranks]
+    if combo.ranks not in _SERVICES:
+        _SERVICES[combo.ranks] = MeasurementService(CupyBackend(combo.ranks))
+    service = _SERVICES[combo.ranks]
+    backend = service.backend
     config = RunConfig.make(combo.strategy, {}, {"kernel": "compiled"})
     try:
-        program = MeasurementService(backend).program(inst, config, combo.dtype, combo.redop, combo.inplace)
+        program = service.program(inst, config, combo.dtype, combo.redop, combo.inplace)
         with backend.guard():
             backend.prepare(program, 1, **dict(config.exec_params)).close()
     except PurlinError as exc:  # the check reports the same (a program past the compiled kernel's bound)

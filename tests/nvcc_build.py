@@ -19,3 +19,10 @@ def assert_builds_without_spills(source: Path, options: list[str], arch: str, wh
     assert done.returncode == 0, f"nvcc failed for {arch} {where}:\n{log[-3000:]}"
     spills = [int(n) for n in re.findall(r"(\d+) bytes spill (?:stores|loads)", log)]
     assert spills and max(spills) == 0, f"register spills for {arch} {where}:\n{log[-2000:]}"
+
+
+def ptx_of(source: Path, options: list[str], arch: str, out: Path) -> str:
+    """The PTX nvcc emits for ``source`` (what a test reads instruction by instruction)."""
+    done = subprocess.run([shutil.which("nvcc"), f"-arch={arch}", "-ptx", *options, "-o", str(out), str(source)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out.read_text()

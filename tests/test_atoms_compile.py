@@ -9,7 +9,7 @@ import pytest
 
 from purlin_bench.backends.cupy.atoms import DTYPE_CODES, REDOP_CODES, compile_options
 from purlin_bench.resources import data_dir
-from tests.nvcc_build import assert_builds_without_spills
+from tests.nvcc_build import assert_builds_without_spills, ptx_of
 
 pytestmark = pytest.mark.nvcc
 
@@ -41,16 +41,11 @@ def test_the_fan_out_store_hints_build_and_reach_every_vector_store(hint, tmp_pa
     """The A/B switches of scripts/kernel_ab.py's store variants: each builds
     without spills, and every 16-byte store of the copy path carries it."""
     import re
-    import shutil
-    import subprocess
 
     source = data_dir("atoms") / "snac.cu"
     options = [*compile_options("float32", "sum", 4, 512, sys_scope=False, copy_only=True), f'-DPURLIN_ST_HINT="{hint}"']
     assert_builds_without_spills(source, options, "sm_90", f"st hint {hint}", tmp_path / "snac.o")
-    ptx = tmp_path / "snac.ptx"
-    done = subprocess.run([shutil.which("nvcc"), "-arch=sm_90", "-ptx", *options, "-o", str(ptx), str(source)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    stores = re.findall(r"\bst\.global(\S*)\.v4\.u32", ptx.read_text())
+    stores = re.findall(r"\bst\.global(\S*)\.v4\.u32", ptx_of(source, options, "sm_90", tmp_path / "snac.ptx"))
     assert stores and all(q == hint for q in stores), sorted(set(stores))
 
 
@@ -62,8 +57,6 @@ def test_the_pipelined_copy_experiment_builds_without_spills_and_loads_a_round_a
     PTX, a round of vector loads ahead of the loop (twice the loads of the
     plain loop); the full build is left as it is."""
     import re
-    import shutil
-    import subprocess
 
     source = data_dir("atoms") / "snac.cu"
     for unroll in (1, 2, 4):
@@ -72,10 +65,7 @@ def test_the_pipelined_copy_experiment_builds_without_spills_and_loads_a_round_a
 
     def vector_ops(copy_only: bool, pipeline: int) -> str:
         options = [*compile_options("float32", "sum", 4, 512, sys_scope=False, copy_only=copy_only), f"-DPURLIN_PIPELINE={pipeline}"]
-        out = tmp_path / f"snac-{copy_only}-{pipeline}.ptx"
-        done = subprocess.run([shutil.which("nvcc"), f"-arch={arch}", "-ptx", *options, "-o", str(out), str(source)], capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-2000:]
-        found = re.findall(r"\b(ld\.global\.cg\S*\.v4|st\.global\S*\.v4)", out.read_text())
+        found = re.findall(r"\b(ld\.global\.cg\S*\.v4|st\.global\S*\.v4)", ptx_of(source, options, arch, tmp_path / f"snac-{copy_only}-{pipeline}.ptx"))
         return "".join("L" if m.startswith("ld") else "S" for m in found)
 
     plain, pipelined = vector_ops(True, 0), vector_ops(True, 1)

@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from datapath_survey import SETS, parse_case  # noqa: E402
 from kernel_ab import VARIANTS  # noqa: E402
 
-from purlin_bench.backends.cupy.executor import PARAMS  # noqa: E402
+from purlin_bench.backends.cupy import CupyBackend  # noqa: E402
+from purlin_bench.backends.port import check_params  # noqa: E402
 from purlin_bench.bench.run import instances  # noqa: E402
 from purlin_bench.dtypes import resolve_dtype  # noqa: E402
 from purlin_bench.planner import plan  # noqa: E402
@@ -26,10 +27,7 @@ CASES = sorted({case for cases in SETS.values() for case in cases})
 @pytest.mark.parametrize("case", CASES)
 def test_every_case_of_every_set_plans(case):
     name, dtype, sizes, config = parse_case(case)
-    known = {p.name: p for p in PARAMS}
-    for key, value in config.exec_params:
-        assert key in known, f"{case}: {key} is no datapath parameter of the cupy backend"
-        known[key].check(value)
+    check_params(CupyBackend, dict(config.exec_params))  # a PlanError names an unknown or out-of-domain one
     spec = load_builtin(name)
     canonical, _ = resolve_dtype(dtype)
     for _, inst in instances(spec, sizes, 8, canonical, 0):
