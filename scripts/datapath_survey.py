@@ -17,6 +17,8 @@ import json
 import sys
 import time
 
+import numpy as np
+
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.executor import KernelSettings
 from purlin_bench.backends.port import TimingPolicy
@@ -78,6 +80,16 @@ SETS = {
         for x in ("", ",kernel=compiled", ",kernel=compiled,blocks=1", ",kernel=compiled,blocks=32", ",kernel=compiled,threads=256", ",datapath=ce")
     ] + [
         f"all-to-all:float32:16,256,4K,64K:push:unroll=4,kernel=compiled,threads=128,channels={ch}" for ch in (1, 2, 8)
+    ],
+    # The copy-only build's software pipeline (kernel_ab.py "now-pipelined",
+    # --baseline torch) where a block runs few rounds: the compiled default's
+    # copies at 1-64 MiB, where gather and scatter took 0.86-0.88x torch's time
+    # (a block of 512 threads moves 32 KiB a round: 4 rounds for a 2 MiB flow
+    # over 16 blocks, each waiting a full load before its stores). It tied the
+    # default at 256 MiB (1.006x), where the rounds are many.
+    "pipeline-mid": [
+        f"{c}:float32:1M,4M,16M,64M:{st}:unroll=4,kernel=compiled{x}"
+        for c, st, x in (("gather", "push", ""), ("scatter", "direct", ""), ("all-to-all", "push", ",channels=8"), ("all-gather", "push", ""), ("broadcast", "two-shot", ""))
     ],
     # Small and mid messages: latency of the candidates for the defaults.
     "small": [
@@ -178,7 +190,56 @@ def launch_floor(iters: int, reps: int) -> dict[str, float]:
     for grid in (1, 8):
         enqueue = lambda s, i, g=grid: wide((g,), (128,), (0,) * 36, stream=s)  # noqa: E731
         floor[f"empty kernel {grid}x128, 36 pointer parameters"] = time_calls(enqueue, stream, 0, iters, 2, reps, graph=True).median_us
+    floor.update(small_copy_floor(iters, reps, stream))
     return floor
+
+
+def small_copy_floor(iters: int, reps: int, stream, nbytes: int = 256) -> dict[str, float]:
+    """A 256-byte gather's floor, three ways, from a graph: one memcpy node
+    (torch's gather and scatter: its stacked ranks are one contiguous copy),
+    the smallest copy kernels (one block of 32 threads; 8 blocks of 128, two
+    vectors each, the compiled gather's shape), and 8 memcpy nodes on
+    parallel branches (a copy-engine gather of 8 separate buffers). Whether
+    the compiled gather's 0.2 us over torch is a kernel's cost or its own."""
+    import cupy
+
+    from purlin_bench.backends.cupy.timing import time_calls
+
+    copy = cupy.RawKernel(
+        'extern "C" __global__ void copyv(const uint4* a, uint4* b, int per_block) {'
+        " int i = blockIdx.x * per_block + threadIdx.x; if (threadIdx.x < per_block) b[i] = a[i]; }",
+        "copyv",
+    )
+    src, dst = cupy.arange(nbytes // 4, dtype=cupy.float32), cupy.zeros(nbytes // 4, dtype=cupy.float32)
+    vecs = nbytes // 16
+    d2d = cupy.cuda.runtime.memcpyDeviceToDevice
+    out = {}
+
+    def memcpy(s, i):
+        cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, d2d, s.ptr)
+
+    out[f"memcpy node, {nbytes} B"] = time_calls(memcpy, stream, 0, iters, 2, reps, graph=True).median_us
+    dst.fill(0)  # so that the check below sees the kernels' copies, not the memcpy's
+    for grid, threads in ((1, 32), (8, 128)):
+        enqueue = lambda s, i, g=grid, t=threads: copy((g,), (t,), (src, dst, np.int32(vecs // g)), stream=s)  # noqa: E731
+        out[f"copy kernel {grid}x{threads}, {nbytes} B"] = time_calls(enqueue, stream, 0, iters, 2, reps, graph=True).median_us
+    assert bool((dst == src).all()), "the floor's copy kernel copied wrong"
+    sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(8)]
+    part = nbytes // 8
+
+    # Events made before any capture: a capture records them, never creates them.
+    fork, joins = cupy.cuda.Event(disable_timing=True), [cupy.cuda.Event(disable_timing=True) for _ in sides]
+
+    def fanned(s, i):  # fork onto 8 streams and join: 8 memcpy nodes side by side in the graph
+        fork.record(s)
+        for k, (side, join) in enumerate(zip(sides, joins)):
+            side.wait_event(fork)
+            cupy.cuda.runtime.memcpyAsync(dst.data.ptr + k * part, src.data.ptr + k * part, part, d2d, side.ptr)
+            join.record(side)
+            s.wait_event(join)
+
+    out[f"8 parallel memcpy nodes, {part} B each"] = time_calls(fanned, stream, 0, iters, 2, reps, graph=True).median_us
+    return out
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each fanout torch-gaps procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor fanout torch-gaps procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -187,12 +187,25 @@ step_compiled-large() {  # issue 16: 16 B .. 1 GiB, the compiled kernel beside t
     timeout ${COMPILED_LARGE_LIMIT:-200} $PURLIN bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --kernel compiled --baseline torch,default --no-inplace --json "$OUT/compiled-large-$d.json" 2>&1 | tee "$OUT/compiled-large-$d.log" | grep -E "^# (Speed|Avg|build)|rror|^[a-z-]+  \(" | tail -30
   done
 }
-step_compiled-each() {  # issue 16: one collective a command (COLLECTIVES), sizes 16 B .. 256 MiB by 16x, each line stamped with the time it came
+bench_each() {  # NAME ARGS...: one collective a command (COLLECTIVES), 16 B .. 1 GiB by COMPILED_EACH_F, beside torch and the default, each line stamped with the time it came
+  local name=$1; shift
   for c in ${COLLECTIVES:-reduce-scatter all-to-all broadcast reduce gather scatter}; do
-    timeout ${COMPILED_EACH_LIMIT:-85} $PURLIN bench $c -b 16 -e 1G -f ${COMPILED_EACH_F:-16} -n 10 -w 2 -G 3 -d ${DTYPES:-float32} --kernel compiled --baseline torch,default --no-inplace \
-      --json "$OUT/compiled-each-$c.json" 2>&1 | while IFS= read -r line || [ -n "$line" ]; do printf '%(%T)T %s\n' -1 "$line"; done | tee "$OUT/compiled-each-$c.log" | grep -E "Speed|rror|strategy" | cut -c1-200
-    echo "$c: exit ${PIPESTATUS[0]}" | tee -a "$OUT/compiled-each-$c.log"
+    timeout ${COMPILED_EACH_LIMIT:-85} $PURLIN bench $c -b 16 -e ${EACH_MAX:-1G} -f ${COMPILED_EACH_F:-16} -n 10 -w 2 -G 3 -d ${DTYPES:-float32} "$@" --baseline torch,default --no-inplace \
+      --json "$OUT/$name-$c.json" 2>&1 | while IFS= read -r line || [ -n "$line" ]; do printf '%(%T)T %s\n' -1 "$line"; done | tee "$OUT/$name-$c.log" | grep -E "Speed|rror|strategy" | cut -c1-200
+    echo "$c: exit ${PIPESTATUS[0]}" | tee -a "$OUT/$name-$c.log"
   done
+}
+step_compiled-each() { bench_each compiled-each --kernel compiled; }  # issue 16: the compiled kernel forced at every size
+step_default-each() {  # issue 16: the default as it ships (compiled up to 64 MiB a buffer), each dtype of DTYPES_EACH
+  for d in ${DTYPES_EACH:-float32 bfloat16}; do
+    DTYPES=$d COLLECTIVES=${COLLECTIVES:-all-reduce all-gather reduce-scatter all-to-all broadcast reduce gather scatter} bench_each default-each-$d
+  done
+}
+step_pipeline-mid() {  # issue 16: the copies' software pipeline at 1-64 MiB, beside torch (scripts/kernel_ab.py, set pipeline-mid)
+  timeout ${PIPELINE_MID_LIMIT:-100} python3 scripts/kernel_ab.py --set pipeline-mid --variant now --variant now-pipelined --baseline torch --reps 7 --json "$OUT/pipeline-mid.json" 2>&1 | tee "$OUT/pipeline-mid.log"
+}
+step_small-floor() {  # issue 16: a 256-byte gather's floor (a memcpy node, the smallest copy kernels, 8 parallel memcpy nodes) beside empty kernels
+  timeout ${SMALL_FLOOR_LIMIT:-40} python3 scripts/datapath_survey.py --launch-floor --iters 20 --reps 7 2>&1 | tee "$OUT/small-floor.log"
 }
 step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the floor: the write rate, then kernel variants side by side
   timeout 60 python3 scripts/fanout_probe.py 2>&1 | tee "$OUT/fanout-probe.log"

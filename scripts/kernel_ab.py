@@ -4,7 +4,10 @@ side (their graph replays taking turns), so the ratios carry no drift
 between processes. The experiment behind the small-message kernel changes
 (docs/performance.md, "Small messages").
 
-    python3 scripts/kernel_ab.py [--set NAME] [--case CASE ...] [--variant NAME ...] [--json FILE]
+    python3 scripts/kernel_ab.py [--set NAME] [--case CASE ...] [--variant NAME ...] [--baseline torch] [--json FILE]
+
+With --baseline, that baseline (checked as any candidate) takes its turns
+with the variants, so each variant's ratio to it comes from the same replays.
 
 Cases are datapath_survey's (``collective:dtype:sizes:strategy[:k=v,...]``).
 """
@@ -25,7 +28,7 @@ from purlin_bench.backends.cupy import CupyBackend  # noqa: E402
 from purlin_bench.backends.cupy.executor import KernelSettings  # noqa: E402
 from purlin_bench.backends.port import TimingPolicy  # noqa: E402
 from purlin_bench.bench.run import instances  # noqa: E402
-from purlin_bench.errors import ExecutionError  # noqa: E402
+from purlin_bench.errors import ExecutionError, PurlinError  # noqa: E402
 from purlin_bench.measurement import MeasurementService  # noqa: E402
 from purlin_bench.spec import load_builtin  # noqa: E402
 
@@ -53,6 +56,7 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--reps", type=int, default=9)
+    ap.add_argument("--baseline", help="a baseline timed beside the variants (torch, cupy)")
     ap.add_argument("--json")
     args = ap.parse_args()
     variants = args.variant or list(VARIANTS)
@@ -63,7 +67,8 @@ def main() -> int:
     first = services[variants[0]].backend
     policy = TimingPolicy(iters=args.iters, warmup=2, reps=args.reps)
     rows, wrong = [], 0
-    print(f"{'collective':15} {'dtype':9} {'size':>9} {'config':34} " + " ".join(f"{v:>20}" for v in variants), flush=True)
+    base = [args.baseline] if args.baseline else []
+    print(f"{'collective':15} {'dtype':9} {'size':>9} {'config':34} " + " ".join(f"{v:>20}" for v in variants + base), flush=True)
     for name, dtype, sizes, config in cases:
         for size, inst in instances(load_builtin(name), sizes, args.ranks, dtype, 0):
             prepared, refused = [], None
@@ -78,15 +83,23 @@ def main() -> int:
                 continue
             bad = sum(p.nwrong for p in prepared)
             wrong += bad
-            times = first.time([p.runner.candidate() for p in prepared], policy)
-            us = {v: t.median_us for v, t in zip(variants, times)}
-            print(f"{name:15} {dtype:9} {size:>9} {config.text():34} " + " ".join(f"{us[v]:8.2f} ({us[variants[0]] / us[v]:5.3f}x)" for v in variants) + (f"  WRONG {bad}" if bad else ""), flush=True)
+            try:
+                extra = [prepared[0].reference.baseline(b) for b in base]
+            except PurlinError as e:
+                print(f"{name:15} {dtype:9} {size:>9} {config.text():34} no {args.baseline}: {e}", flush=True)
+                continue
+            times = first.time([p.runner.candidate() for p in prepared] + extra, policy)
+            us = {v: t.median_us for v, t in zip(variants + base, times)}
+            print(f"{name:15} {dtype:9} {size:>9} {config.text():34} " + " ".join(f"{us[v]:8.2f} ({us[variants[0]] / us[v]:5.3f}x)" for v in variants + base) + (f"  WRONG {bad}" if bad else ""), flush=True)
             rows.append({"collective": name, "dtype": dtype, "size": size, "config": config.to_dict(), "time_us": us})
             if args.json:
                 Path(args.json).write_text(json.dumps(rows, indent=1))
-    for v in variants:
+    for v in variants if rows else ():
         ratios = [r["time_us"][variants[0]] / r["time_us"][v] for r in rows]
         print(f"# {v}: geomean {statistics.geometric_mean(ratios):.3f}x vs {variants[0]} over {len(ratios)} rows (min {min(ratios):.3f}x, max {max(ratios):.3f}x)")
+        for b in base:  # how much faster than the baseline each variant is (>1: faster)
+            vs = [r["time_us"][b] / r["time_us"][v] for r in rows]
+            print(f"# {v}: geomean {statistics.geometric_mean(vs):.3f}x over {b} (min {min(vs):.3f}x, max {max(vs):.3f}x)")
     print(f"# wrong elements: {wrong}")
     return 1 if wrong else 0
 
