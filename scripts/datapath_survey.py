@@ -224,6 +224,20 @@ def small_copy_floor(iters: int, reps: int, stream, nbytes: int = 256) -> dict[s
         enqueue = lambda s, i, g=grid, t=threads: copy((g,), (t,), (src, dst, np.int32(vecs // g)), stream=s)  # noqa: E731
         out[f"copy kernel {grid}x{threads}, {nbytes} B"] = time_calls(enqueue, stream, 0, iters, 2, reps, graph=True).median_us
     assert bool((dst == src).all()), "the floor's copy kernel copied wrong"
+    # The gather's own shape with nothing else of purlin's: 8 blocks, each
+    # copying its part from a separate allocation (a rank's buffer) into one.
+    args = ", ".join(f"const uint4* a{k}" for k in range(8))
+    pick = " : ".join(f"blockIdx.x == {k} ? a{k}" for k in range(7)) + " : a7"
+    gather8 = cupy.RawKernel(
+        f'extern "C" __global__ void gather8({args}, uint4* b, int per_block) {{'
+        f" const uint4* a = {pick}; if (threadIdx.x < per_block) b[blockIdx.x * per_block + threadIdx.x] = a[threadIdx.x]; }}",
+        "gather8",
+    )
+    parts = [src[k * (nbytes // 32) : (k + 1) * (nbytes // 32)].copy() for k in range(8)]  # 8 allocations
+    dst.fill(0)
+    enqueue = lambda s, i: gather8((8,), (128,), (*parts, dst, np.int32(vecs // 8)), stream=s)  # noqa: E731
+    out[f"copy kernel 8x128 from 8 allocations, {nbytes} B"] = time_calls(enqueue, stream, 0, iters, 2, reps, graph=True).median_us
+    assert bool((dst == src).all()), "the floor's 8-source copy kernel copied wrong"
     sides = [cupy.cuda.Stream(non_blocking=True) for _ in range(8)]
     part = nbytes // 8
 
