@@ -89,6 +89,9 @@ step_bench-full() {  # the performance page's sweep: all collectives, 16 B .. 1 
 step_bench-f32() { DTYPES=float32 BENCH_LIMIT=130 step_bench-full; }
 step_bench-bf16() { DTYPES=bfloat16 BENCH_LIMIT=150 step_bench-full; }
 step_tune() {  # the committed H200 plans: every collective, float32 and bfloat16, sweeps/h200.yaml
+  # A cut tune keeps its trials in the study database: carried back in as
+  # .tune-h200.db (from the last call's results.tgz), the same command resumes them.
+  [ -f .tune-h200.db ] && [ ! -f "$OUT/tune.db" ] && cp .tune-h200.db "$OUT/tune.db"
   for c in ${TUNE_MAIN-all-reduce all-gather reduce-scatter all-to-all}; do
     # 150 s for both dtypes: at 110 s the first collective of a fresh machine (all-reduce,
     # which also builds the baseline kernels) wrote float32 and ran out in bfloat16
