@@ -83,10 +83,11 @@ SETS = {
     ],
     # The copy-only build's software pipeline (kernel_ab.py "now-pipelined",
     # --baseline torch) where a block runs few rounds: the compiled default's
-    # copies at 1-64 MiB, where gather and scatter took 0.86-0.88x torch's time
-    # (a block of 512 threads moves 32 KiB a round: 4 rounds for a 2 MiB flow
-    # over 16 blocks, each waiting a full load before its stores). It tied the
-    # default at 256 MiB (1.006x), where the rounds are many.
+    # copies at 1-64 MiB, where gather and scatter ran at 0.86-0.88x torch's
+    # speed (a block of 512 threads moves 32 KiB a round: 4 rounds for a 2 MiB
+    # flow over 16 blocks, each waiting a full load before its stores). At
+    # 256 MiB, where the rounds are many, it tied the default's fan-outs
+    # (0.994-1.001x; set fanout-blocks).
     "pipeline-mid": [
         f"{c}:float32:1M,4M,16M,64M:{st}:unroll=4,kernel=compiled{x}"
         for c, st, x in (("gather", "push", ""), ("scatter", "direct", ""), ("all-to-all", "push", ",channels=8"), ("all-gather", "push", ""), ("broadcast", "two-shot", ""))
@@ -219,11 +220,11 @@ def small_copy_floor(iters: int, reps: int, stream, nbytes: int = 256) -> dict[s
         cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, d2d, s.ptr)
 
     out[f"memcpy node, {nbytes} B"] = time_calls(memcpy, stream, 0, iters, 2, reps, graph=True).median_us
-    dst.fill(0)  # so that the check below sees the kernels' copies, not the memcpy's
     for grid, threads in ((1, 32), (8, 128)):
+        dst.fill(0)  # so that each check sees this kernel's copy alone
         enqueue = lambda s, i, g=grid, t=threads: copy((g,), (t,), (src, dst, np.int32(vecs // g)), stream=s)  # noqa: E731
         out[f"copy kernel {grid}x{threads}, {nbytes} B"] = time_calls(enqueue, stream, 0, iters, 2, reps, graph=True).median_us
-    assert bool((dst == src).all()), "the floor's copy kernel copied wrong"
+        assert bool((dst == src).all()), f"the floor's {grid}x{threads} copy kernel copied wrong"
     # The gather's own shape with nothing else of purlin's: 8 blocks, each
     # copying its part from a separate allocation (a rank's buffer) into one.
     args = ", ".join(f"const uint4* a{k}" for k in range(8))

@@ -190,7 +190,7 @@ step_compiled-large() {  # issue 16: 16 B .. 1 GiB, the compiled kernel beside t
     timeout ${COMPILED_LARGE_LIMIT:-200} $PURLIN bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --kernel compiled --baseline torch,default --no-inplace --json "$OUT/compiled-large-$d.json" 2>&1 | tee "$OUT/compiled-large-$d.log" | grep -E "^# (Speed|Avg|build)|rror|^[a-z-]+  \(" | tail -30
   done
 }
-bench_each() {  # NAME ARGS...: one collective a command (COLLECTIVES), 16 B .. 1 GiB by COMPILED_EACH_F, beside torch and the default, each line stamped with the time it came
+bench_each() {  # NAME ARGS...: one collective a command (COLLECTIVES), 16 B .. EACH_MAX (1G) by COMPILED_EACH_F (16: the last row 256 MiB), beside torch and the default, each line stamped with the time it came
   local name=$1; shift
   for c in ${COLLECTIVES:-reduce-scatter all-to-all broadcast reduce gather scatter}; do
     timeout ${COMPILED_EACH_LIMIT:-85} $PURLIN bench $c -b 16 -e ${EACH_MAX:-1G} -f ${COMPILED_EACH_F:-16} -n 10 -w 2 -G 3 -d ${DTYPES:-float32} "$@" --baseline torch,default --no-inplace \
@@ -200,8 +200,11 @@ bench_each() {  # NAME ARGS...: one collective a command (COLLECTIVES), 16 B .. 
 }
 step_compiled-each() { bench_each compiled-each --kernel compiled; }  # issue 16: the compiled kernel forced at every size
 step_default-each() {  # issue 16: the default as it ships (compiled up to 64 MiB a buffer), each dtype of DTYPES_EACH
+  # 16 commands: 30 s each by default keeps the step under a call's 600 s, and on
+  # 2026-12-03 cut some 256 MiB rows at 24 s; give fewer COLLECTIVES more time.
   for d in ${DTYPES_EACH:-float32 bfloat16}; do
-    DTYPES=$d COLLECTIVES=${COLLECTIVES:-all-reduce all-gather reduce-scatter all-to-all broadcast reduce gather scatter} bench_each default-each-$d
+    DTYPES=$d COLLECTIVES=${COLLECTIVES:-all-reduce all-gather reduce-scatter all-to-all broadcast reduce gather scatter} \
+      COMPILED_EACH_LIMIT=${COMPILED_EACH_LIMIT:-30} bench_each default-each-$d
   done
 }
 step_pipeline-mid() {  # issue 16: the copies' software pipeline at 1-64 MiB, beside torch (scripts/kernel_ab.py, set pipeline-mid)

@@ -6,7 +6,8 @@ between processes. The experiment behind the small-message kernel changes
 
     python3 scripts/kernel_ab.py [--set NAME] [--case CASE ...] [--variant NAME ...] [--baseline torch] [--json FILE]
 
-With --baseline, that baseline (checked as any candidate) takes its turns
+With --baseline, that baseline (checked before it is timed; a row where it
+cannot run or is wrong fails the run) takes its turns
 with the variants, so each variant's ratio to it comes from the same replays.
 
 Cases are datapath_survey's (``collective:dtype:sizes:strategy[:k=v,...]``).
@@ -56,7 +57,7 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--reps", type=int, default=9)
-    ap.add_argument("--baseline", help="a baseline timed beside the variants (torch, cupy)")
+    ap.add_argument("--baseline", choices=("torch", "cupy"), help="a baseline timed beside the variants")
     ap.add_argument("--json")
     args = ap.parse_args()
     variants = args.variant or list(VARIANTS)
@@ -66,7 +67,7 @@ def main() -> int:
     services = {v: MeasurementService(CupyBackend(args.ranks, settings=VARIANTS[v])) for v in variants}
     first = services[variants[0]].backend
     policy = TimingPolicy(iters=args.iters, warmup=2, reps=args.reps)
-    rows, wrong = [], 0
+    rows, wrong, failed = [], 0, 0
     base = [args.baseline] if args.baseline else []
     print(f"{'collective':15} {'dtype':9} {'size':>9} {'config':34} " + " ".join(f"{v:>20}" for v in variants + base), flush=True)
     for name, dtype, sizes, config in cases:
@@ -85,8 +86,9 @@ def main() -> int:
             wrong += bad
             try:
                 extra = [prepared[0].reference.baseline(b) for b in base]
-            except PurlinError as e:
+            except PurlinError as e:  # unavailable here, or its outputs were wrong: the run fails
                 print(f"{name:15} {dtype:9} {size:>9} {config.text():34} no {args.baseline}: {e}", flush=True)
+                failed += 1
                 continue
             times = first.time([p.runner.candidate() for p in prepared] + extra, policy)
             us = {v: t.median_us for v, t in zip(variants + base, times)}
@@ -100,8 +102,8 @@ def main() -> int:
         for b in base:  # how much faster than the baseline each variant is (>1: faster)
             vs = [r["time_us"][b] / r["time_us"][v] for r in rows]
             print(f"# {v}: geomean {statistics.geometric_mean(vs):.3f}x over {b} (min {min(vs):.3f}x, max {max(vs):.3f}x)")
-    print(f"# wrong elements: {wrong}")
-    return 1 if wrong else 0
+    print(f"# wrong elements: {wrong}" + (f"; {failed} rows without {args.baseline}" if failed else ""))
+    return 1 if wrong or failed else 0
 
 
 if __name__ == "__main__":
