@@ -196,12 +196,15 @@ def launch_floor(iters: int, reps: int) -> dict[str, float]:
 
 
 def small_copy_floor(iters: int, reps: int, stream, nbytes: int = 256) -> dict[str, float]:
-    """A 256-byte gather's floor, three ways, from a graph: one memcpy node
-    (torch's gather and scatter: its stacked ranks are one contiguous copy),
-    the smallest copy kernels (one block of 32 threads; 8 blocks of 128, two
-    vectors each, the compiled gather's shape), and 8 memcpy nodes on
-    parallel branches (a copy-engine gather of 8 separate buffers). Whether
-    the compiled gather's 0.2 us over torch is a kernel's cost or its own."""
+    """A 256-byte gather's floor, from a graph: one memcpy node (torch's
+    gather and scatter: its stacked ranks are one contiguous copy), the
+    smallest copy kernels (one block of 32 threads; 8 blocks of 128, two
+    vectors each, the compiled gather's shape) from one allocation, the same
+    8-block kernel reading 8 separate allocations (rank buffers), and 8
+    memcpy nodes on parallel branches (a copy-engine gather of 8 buffers):
+    what of the compiled gather's 0.2-0.3 us over torch any kernel pays,
+    what separate buffers cost, and what is purlin's own. Timed alone, on
+    fixed buffers (no rotation over buffer sets, unlike the service's rows)."""
     import cupy
 
     from purlin_bench.backends.cupy.timing import time_calls

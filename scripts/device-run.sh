@@ -210,7 +210,7 @@ step_default-each() {  # issue 16: the default as it ships (compiled up to 64 Mi
 step_pipeline-mid() {  # issue 16: the copies' software pipeline at 1-64 MiB, beside torch (scripts/kernel_ab.py, set pipeline-mid)
   timeout ${PIPELINE_MID_LIMIT:-100} python3 scripts/kernel_ab.py --set pipeline-mid --variant now --variant now-pipelined --baseline torch --reps 7 --json "$OUT/pipeline-mid.json" 2>&1 | tee "$OUT/pipeline-mid.log"
 }
-step_small-floor() {  # issue 16: a 256-byte gather's floor (a memcpy node, the smallest copy kernels, 8 parallel memcpy nodes) beside empty kernels
+step_small-floor() {  # issue 16: a 256-byte gather's floor (a memcpy node, bare copy kernels from one and from 8 allocations, 8 parallel memcpy nodes, empty kernels), then purlin's compiled gather and scatter beside torch
   timeout ${SMALL_FLOOR_LIMIT:-40} python3 scripts/datapath_survey.py --launch-floor --iters 20 --reps 7 --baseline torch \
     --case gather:float32:256:push:unroll=4,kernel=compiled,threads=128 --case scatter:float32:256:direct:unroll=4,kernel=compiled,threads=128 2>&1 | tee "$OUT/small-floor.log"
 }
