@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor fanout torch-gaps procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor gather-gap big-rows fanout torch-gaps procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -213,6 +213,15 @@ step_pipeline-mid() {  # issue 16: the copies' software pipeline at 1-64 MiB, be
 step_small-floor() {  # issue 16: a 256-byte gather's floor (a memcpy node, bare copy kernels from one and from 8 allocations, 8 parallel memcpy nodes, empty kernels), then purlin's compiled gather and scatter beside torch
   timeout ${SMALL_FLOOR_LIMIT:-40} python3 scripts/datapath_survey.py --launch-floor --iters 20 --reps 7 --baseline torch \
     --case gather:float32:256:push:unroll=4,kernel=compiled,threads=128 --case scatter:float32:256:direct:unroll=4,kernel=compiled,threads=128 2>&1 | tee "$OUT/small-floor.log"
+}
+step_gather-gap() {  # issue 16: a small gather's time over torch's, in one harness: purlin's, torch's, and bare kernels whose 8 parts lie in one allocation (contiguous, 128 B, 4 KiB, 2 MiB apart) or 8
+  timeout ${GATHER_GAP_LIMIT:-40} python3 scripts/gather_gap.py --bytes ${GATHER_GAP_BYTES:-256} 2>&1 | tee "$OUT/gather-gap.log"
+}
+step_big-rows() {  # issue 16: the default's 256 MiB rows alone (BIG_ROWS: collective:dtype ...), beside torch
+  for cd in ${BIG_ROWS:-all-reduce:float32 all-gather:float32 all-to-all:float32}; do
+    timeout ${BIG_ROWS_LIMIT:-30} $PURLIN bench ${cd%%:*} -b 256M -e 256M -n 10 -w 2 -G 3 -d ${cd##*:} --baseline torch,default --no-inplace \
+      --json "$OUT/big-${cd%%:*}-${cd##*:}.json" 2>&1 | tee "$OUT/big-${cd%%:*}-${cd##*:}.log" | grep -E "Speed|rror|strategy" | cut -c1-200
+  done
 }
 step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the floor: the write rate, then kernel variants side by side
   timeout 60 python3 scripts/fanout_probe.py 2>&1 | tee "$OUT/fanout-probe.log"

@@ -1,0 +1,111 @@
+"""Where a small gather's time over torch's goes, in one harness: purlin's
+compiled gather, torch's baseline (one memcpy over the stacked ranks) and
+bare copy kernels of the gather's shape (8 blocks, each copying its rank's
+part into one output) timed side by side by the measurement service's own
+timer, every candidate rotating over 8 buffer sets as the service's rows do.
+The bare kernels differ only in where the 8 parts live: one allocation,
+contiguous or 128 B / 4 KiB / 2 MiB apart, or 8 allocations. Each is
+checked after it is timed.
+
+    python3 scripts/gather_gap.py [--bytes 256] [--reps 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from purlin_bench.backends.cupy import CupyBackend
+from purlin_bench.backends.cupy.timing import Candidate
+from purlin_bench.backends.port import TimingPolicy
+from purlin_bench.bench.run import instances
+from purlin_bench.config import RunConfig
+from purlin_bench.measurement import MeasurementService
+from purlin_bench.spec import load_builtin
+
+RANKS = 8
+SETS = 8  # the service rotates small programs over 8 buffer sets (measurement.MAX_SETS)
+KERNEL = (
+    'extern "C" __global__ void gather8('
+    + ", ".join(f"const uint4* a{k}" for k in range(RANKS))
+    + ", uint4* b, int per_block) { const uint4* a = "
+    + " : ".join(f"blockIdx.x == {k} ? a{k}" for k in range(RANKS - 1))
+    + f" : a{RANKS - 1}; if (threadIdx.x < per_block) b[blockIdx.x * per_block + threadIdx.x] = a[threadIdx.x]; }}"
+)
+
+
+def bare_candidates(nbytes: int) -> tuple[dict[str, Candidate], dict[str, list], object]:
+    """name -> candidate, name -> its output per set, and the expected output."""
+    import cupy
+
+    kernel = cupy.RawKernel(KERNEL, "gather8")
+    part = nbytes // RANKS
+    n = part // 4
+    per_block = np.int32(part // 16)
+    expect = cupy.arange(nbytes // 4, dtype=cupy.float32)
+    cands, outs = {}, {}
+
+    def make(name: str, parts_of_set):
+        dsts = [cupy.zeros(nbytes // 4, dtype=cupy.float32) for _ in range(SETS)]
+        ptrs = [[np.uint64(p.data.ptr) for p in parts_of_set(s)] for s in range(SETS)]
+        stream = cupy.cuda.Stream(non_blocking=True)
+
+        def enqueue(target, i, ptrs=ptrs, dsts=dsts):
+            k = i % SETS
+            kernel((RANKS,), (128,), (*ptrs[k], dsts[k], per_block), stream=target)
+
+        cands[name], outs[name] = Candidate(enqueue, stream), dsts
+
+    held = []  # every source array stays alive while its pointers are used
+
+    def one_allocation(stride: int):
+        def parts(s):
+            whole = cupy.zeros(stride // 4 * (RANKS - 1) + n, dtype=cupy.float32)
+            views = [whole[k * (stride // 4) : k * (stride // 4) + n] for k in range(RANKS)]
+            for k, v in enumerate(views):
+                v[...] = expect[k * n : (k + 1) * n]
+            held.append(whole)
+            return views
+        return parts
+
+    def separate(s):
+        arrays = [expect[k * n : (k + 1) * n].copy() for k in range(RANKS)]
+        held.extend(arrays)
+        return arrays
+
+    make("bare, one allocation, contiguous", one_allocation(part))
+    for stride, label in ((128, "128 B"), (4096, "4 KiB"), (2 << 20, "2 MiB")):
+        make(f"bare, one allocation, parts {label} apart", one_allocation(stride))
+    make("bare, 8 allocations", separate)
+    return cands, outs, (expect, held)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bytes", type=int, default=256, help="the gather's output bytes (a multiple of 128)")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=15)
+    args = ap.parse_args()
+    if args.bytes <= 0 or args.bytes % (RANKS * 16):
+        print(f"gather_gap: --bytes must be a positive multiple of {RANKS * 16}", file=sys.stderr)
+        return 2
+    backend = CupyBackend(RANKS)
+    service = MeasurementService(backend)
+    (size, inst), = instances(load_builtin("gather"), [args.bytes], RANKS, "float32", 0)
+    config = RunConfig.make("push", {"channels": 1, "slice_bytes": 0}, {"kernel": "compiled", "threads": 128, "unroll": 4})
+    prepared = service.prepare(inst, config, "float32")
+    cands = {"purlin compiled gather": prepared.runner.candidate(), "torch": prepared.reference.baseline("torch")}
+    bare, outs, (expect, _held) = bare_candidates(args.bytes)
+    cands.update(bare)
+    times = backend.time(list(cands.values()), TimingPolicy(iters=args.iters, warmup=2, reps=args.reps))
+    wrong = sum(int((d != expect).sum()) for dsts in outs.values() for d in dsts)
+    print(f"# gather of {size} B over {RANKS} ranks, float32, {SETS} buffer sets each, side by side, median of {args.reps}; purlin #wrong {prepared.nwrong}, bare kernels #wrong {wrong}")
+    for name, t in zip(cands, times):
+        print(f"{name:45} {t.median_us:7.2f} us")
+    return 1 if wrong or prepared.nwrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
