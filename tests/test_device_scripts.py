@@ -77,3 +77,16 @@ def test_the_runbook_parses_and_its_header_lists_exactly_its_steps():
     listed = re.search(r"STEP: (.*)", text).group(1).split()
     defined = re.findall(r"^step_([a-z0-9-]+)\(\)", text, flags=re.M)
     assert sorted(listed) == sorted(defined)
+
+
+@pytest.mark.nvcc
+def test_the_gather_gap_kernel_builds(tmp_path):
+    """scripts/gather_gap.py's bare kernel is source text put together in
+    Python: a typo would surface only on the GPU, as an NVRTC error."""
+    from gather_gap import KERNEL
+
+    from tests.nvcc_build import assert_builds_without_spills
+
+    source = tmp_path / "gather8.cu"
+    source.write_text(KERNEL)
+    assert_builds_without_spills(source, [], "sm_90", "gather_gap", tmp_path / "gather8.o")
