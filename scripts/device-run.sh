@@ -219,8 +219,10 @@ step_gather-gap() {  # issue 16: a small gather's time over torch's, in one harn
 }
 step_big-rows() {  # issue 16: the default's 256 MiB rows alone (BIG_ROWS: collective:dtype ...), beside torch
   for cd in ${BIG_ROWS:-all-reduce:float32 all-gather:float32 all-to-all:float32}; do
+    case $cd in *:*) ;; *) echo "big-rows: '$cd' is not COLLECTIVE:DTYPE"; continue ;; esac
     timeout ${BIG_ROWS_LIMIT:-30} $PURLIN bench ${cd%%:*} -b 256M -e 256M -n 10 -w 2 -G 3 -d ${cd##*:} --baseline torch,default --no-inplace \
       --json "$OUT/big-${cd%%:*}-${cd##*:}.json" 2>&1 | tee "$OUT/big-${cd%%:*}-${cd##*:}.log" | grep -E "Speed|rror|strategy" | cut -c1-200
+    echo "$cd: exit ${PIPESTATUS[0]}" | tee -a "$OUT/big-${cd%%:*}-${cd##*:}.log"
   done
 }
 step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the floor: the write rate, then kernel variants side by side

@@ -84,12 +84,14 @@ def bare_candidates(nbytes: int) -> tuple[dict[str, Candidate], dict[str, list],
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bytes", type=int, default=256, help="the gather's output bytes (a multiple of 128)")
+    ap.add_argument("--bytes", type=int, default=256, help="the gather's output bytes: 128-1024, a multiple of 128")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args()
-    if args.bytes <= 0 or args.bytes % (RANKS * 16):
-        print(f"gather_gap: --bytes must be a positive multiple of {RANKS * 16}", file=sys.stderr)
+    # Each part is whole 16-byte vectors and fits the smallest spacing tried
+    # (128 B), so no two parts overlap and one thread copies each vector.
+    if not (RANKS * 16 <= args.bytes <= RANKS * 128 and args.bytes % (RANKS * 16) == 0):
+        print(f"gather_gap: --bytes must be a multiple of {RANKS * 16} from {RANKS * 16} to {RANKS * 128}", file=sys.stderr)
         return 2
     backend = CupyBackend(RANKS)
     service = MeasurementService(backend)
