@@ -230,13 +230,9 @@ def small_copy_floor(iters: int, reps: int, stream, nbytes: int = 256) -> dict[s
         assert bool((dst == src).all()), f"the floor's {grid}x{threads} copy kernel copied wrong"
     # The gather's own shape with nothing else of purlin's: 8 blocks, each
     # copying its part from a separate allocation (a rank's buffer) into one.
-    args = ", ".join(f"const uint4* a{k}" for k in range(8))
-    pick = " : ".join(f"blockIdx.x == {k} ? a{k}" for k in range(7)) + " : a7"
-    gather8 = cupy.RawKernel(
-        f'extern "C" __global__ void gather8({args}, uint4* b, int per_block) {{'
-        f" const uint4* a = {pick}; if (threadIdx.x < per_block) b[blockIdx.x * per_block + threadIdx.x] = a[threadIdx.x]; }}",
-        "gather8",
-    )
+    from gather_gap import KERNEL as GATHER8  # the same bare kernel gather_gap.py times in one harness
+
+    gather8 = cupy.RawKernel(GATHER8, "gather8")
     parts = [src[k * (nbytes // 32) : (k + 1) * (nbytes // 32)].copy() for k in range(8)]  # 8 allocations
     dst.fill(0)
     enqueue = lambda s, i: gather8((8,), (128,), (*parts, dst, np.int32(vecs // 8)), stream=s)  # noqa: E731

@@ -2,7 +2,8 @@
 compiled gather, torch's baseline (one memcpy over the stacked ranks) and
 bare copy kernels of the gather's shape (8 blocks, each copying its rank's
 part into one output) timed side by side by the measurement service's own
-timer, every candidate rotating over 8 buffer sets as the service's rows do.
+timer, every candidate rotating over as many buffer sets as the service's
+row of that gather does (8 at small sizes).
 The bare kernels differ only in where the 8 parts live: one allocation,
 contiguous or 128 B / 4 KiB / 2 MiB apart, or 8 allocations. Each is
 checked after it is timed.
@@ -22,11 +23,10 @@ from purlin_bench.backends.cupy.timing import Candidate
 from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.bench.run import instances
 from purlin_bench.config import RunConfig
-from purlin_bench.measurement import MeasurementService
+from purlin_bench.measurement import MeasurementService, rotation_sets
 from purlin_bench.spec import load_builtin
 
 RANKS = 8
-SETS = 8  # the service rotates small programs over 8 buffer sets (measurement.MAX_SETS)
 KERNEL = (
     'extern "C" __global__ void gather8('
     + ", ".join(f"const uint4* a{k}" for k in range(RANKS))
@@ -36,8 +36,9 @@ KERNEL = (
 )
 
 
-def bare_candidates(nbytes: int) -> tuple[dict[str, Candidate], dict[str, list], object]:
-    """name -> candidate, name -> its output per set, and the expected output."""
+def bare_candidates(nbytes: int, sets: int) -> tuple[dict[str, Candidate], dict[str, list], object]:
+    """name -> candidate rotating over ``sets`` buffer sets, name -> its
+    output per set, and the expected output."""
     import cupy
 
     kernel = cupy.RawKernel(KERNEL, "gather8")
@@ -48,12 +49,12 @@ def bare_candidates(nbytes: int) -> tuple[dict[str, Candidate], dict[str, list],
     cands, outs = {}, {}
 
     def make(name: str, parts_of_set):
-        dsts = [cupy.zeros(nbytes // 4, dtype=cupy.float32) for _ in range(SETS)]
-        ptrs = [[np.uint64(p.data.ptr) for p in parts_of_set(s)] for s in range(SETS)]
+        dsts = [cupy.zeros(nbytes // 4, dtype=cupy.float32) for _ in range(sets)]
+        ptrs = [[np.uint64(p.data.ptr) for p in parts_of_set(s)] for s in range(sets)]
         stream = cupy.cuda.Stream(non_blocking=True)
 
         def enqueue(target, i, ptrs=ptrs, dsts=dsts):
-            k = i % SETS
+            k = i % sets
             kernel((RANKS,), (128,), (*ptrs[k], dsts[k], per_block), stream=target)
 
         cands[name], outs[name] = Candidate(enqueue, stream), dsts
@@ -99,11 +100,12 @@ def main() -> int:
     config = RunConfig.make("push", {"channels": 1, "slice_bytes": 0}, {"kernel": "compiled", "threads": 128, "unroll": 4})
     prepared = service.prepare(inst, config, "float32")
     cands = {"purlin compiled gather": prepared.runner.candidate(), "torch": prepared.reference.baseline("torch")}
-    bare, outs, (expect, _held) = bare_candidates(args.bytes)
+    sets = rotation_sets(prepared.program)  # as many as purlin's own gather rotates over
+    bare, outs, (expect, _held) = bare_candidates(args.bytes, sets)
     cands.update(bare)
     times = backend.time(list(cands.values()), TimingPolicy(iters=args.iters, warmup=2, reps=args.reps))
     wrong = sum(int((d != expect).sum()) for dsts in outs.values() for d in dsts)
-    print(f"# gather of {size} B over {RANKS} ranks, float32, {SETS} buffer sets each, side by side, median of {args.reps}; purlin #wrong {prepared.nwrong}, bare kernels #wrong {wrong}")
+    print(f"# gather of {size} B over {RANKS} ranks, float32, {sets} buffer sets each, side by side, median of {args.reps}; purlin #wrong {prepared.nwrong}, bare kernels #wrong {wrong}")
     for name, t in zip(cands, times):
         print(f"{name:45} {t.median_us:7.2f} us")
     return 1 if wrong or prepared.nwrong else 0
