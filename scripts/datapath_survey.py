@@ -92,6 +92,17 @@ SETS = {
         f"{c}:float32:1M,4M,16M,64M:{st}:unroll=4,kernel=compiled{x}"
         for c, st, x in (("gather", "push", ""), ("scatter", "direct", ""), ("all-to-all", "push", ",channels=8"), ("all-gather", "push", ""), ("broadcast", "two-shot", ""))
     ],
+    # The copies' occupancy (kernel_ab.py "now-copy-1024", --baseline torch):
+    # the default's copy-only programs at 1-256 MiB, where 8 groups of one
+    # 512-thread block an SM leave each group 16 blocks; at 256 MiB the
+    # fan-outs in both kernels (4 -> 8 -> 16 blocks a group gave 0.59x ->
+    # 0.80x -> 1, docs/performance.md "fourth round").
+    "occupancy": [
+        f"{c}:float32:1M,16M,64M:{st}:unroll=4,kernel=compiled{x}"
+        for c, st, x in (("gather", "push", ""), ("scatter", "direct", ""), ("all-to-all", "push", ",channels=8"), ("all-gather", "push", ""), ("broadcast", "two-shot", ""))
+    ] + [
+        f"{c}:float32:256M:{st}:unroll=4{x}" for c, st in (("all-gather", "push"), ("broadcast", "two-shot")) for x in ("", ",kernel=compiled")
+    ],
     # Small and mid messages: latency of the candidates for the defaults.
     "small": [
         "broadcast:float32:8,1K,64K,1M,16M:direct", "broadcast:float32:8,1K,64K,1M,16M:two-shot",

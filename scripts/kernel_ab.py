@@ -46,6 +46,9 @@ VARIANTS = {
     "now-st-cs": KernelSettings(st_hint=".cs"),
     "now-st-no-l1": KernelSettings(st_hint=".L1::no_allocate"),
     "now-pipelined": KernelSettings(pipeline=True),
+    # Copy-only builds bound to fit 1024 threads an SM, not 512: twice the
+    # blocks a group where 8 groups share the GPU (16 -> 32 on an H200).
+    "now-copy-1024": KernelSettings(copy_sm_threads=1024),
 }
 
 

@@ -36,6 +36,20 @@ def test_atoms_compile_without_warnings_or_spills(arch, tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_copy_only_builds_bound_to_1024_threads_an_sm_do_not_spill(arch, tmp_path):
+    """kernel_ab.py's "now-copy-1024": two 512-thread blocks an SM (64
+    registers a thread) for the copy-only interpreter at every unroll."""
+    from purlin_bench.backends.cupy.executor import KernelSettings
+
+    source = data_dir("atoms") / "snac.cu"
+    for unroll in (1, 2, 4):
+        settings = KernelSettings(copy_sm_threads=1024)
+        options = [*compile_options("bfloat16", "sum", unroll, 512, sys_scope=False, copy_only=True, defines=settings.defines(True, 512))]
+        assert_builds_without_spills(source, options, arch, f"copy-only, 1024 threads an SM, unroll={unroll}", tmp_path / "snac.o")
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("hint", [".cs", ".L1::no_allocate"])
 def test_the_fan_out_store_hints_build_and_reach_every_vector_store(hint, tmp_path):
     """The A/B switches of scripts/kernel_ab.py's store variants: each builds

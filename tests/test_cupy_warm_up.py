@@ -31,6 +31,12 @@ def test_kernel_settings_become_the_builds_defines(monkeypatch):
     assert KernelSettings(ld_hint=".L2::256B", st_hint=".cs", short_reduce=False, shared_bases=False, short_batch=1, pipeline=True).defines() == (
         '-DPURLIN_LD_HINT=".L2::256B"', '-DPURLIN_ST_HINT=".cs"', "-DPURLIN_SHORT_REDUCE=0", "-DPURLIN_SHARED_BASES=0", "-DSHORT_BATCH=1", "-DPURLIN_PIPELINE=1",
     )
+    # the copies' occupancy bound reaches copy-only builds only, scaled to the block size
+    wide = KernelSettings(copy_sm_threads=1024)
+    assert wide.defines(copy_only=True, threads=512) == ("-DPURLIN_MIN_BLOCKS=2",)
+    assert wide.defines(copy_only=True, threads=128) == ("-DPURLIN_MIN_BLOCKS=8",)
+    assert wide.defines(copy_only=False, threads=512) == () and KernelSettings().defines(True, 512) == ()
+    assert (wide.blocks_per_sm(512, True), wide.blocks_per_sm(512, False), KernelSettings().blocks_per_sm(128, True)) == (2, 1, 4)
     # the warm-up builds the variants a backend with those settings runs
     built = []
     backend = CupyBackend(2, settings=KernelSettings(shared_bases=False))

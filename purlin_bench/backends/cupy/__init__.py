@@ -182,7 +182,7 @@ class CupyBackend(Backend):
             for unroll in choices["unroll"]:
                 for block in choices["threads"]:
                     for copy_only in (False, True):
-                        snac_kernel(dtype, redop or "sum", unroll, block, device, sys_scope, copy_only, self.settings.defines())
+                        snac_kernel(dtype, redop or "sum", unroll, block, device, sys_scope, copy_only, self.settings.defines(copy_only, block))
                         built += 1
         return built
 
@@ -234,7 +234,8 @@ class CupyBackend(Backend):
         itemsize = resolve_dtype(program.dtype)[1].itemsize
         auto = data_blocks([low], itemsize, self.settings.auto_block_bytes)
         blocks = group_blocks(checked["blocks"], auto, useful_blocks([low], itemsize, checked["threads"]), self.settings.cap_blocks)
-        options = compile_options(program.dtype, program.redop or "sum", checked["unroll"], checked["threads"], False, self.settings.copy_only_build and copies_only([low]), self.settings.defines())
+        copy_only = self.settings.copy_only_build and copies_only([low])
+        options = compile_options(program.dtype, program.redop or "sum", checked["unroll"], checked["threads"], False, copy_only, self.settings.defines(copy_only, checked["threads"]))
         return f"// nvrtc {' '.join(options)}\n" + generate(low, program.ranks, blocks, source_text(), BaseLayout.of(program, itemsize))
 
     def reference(self, runner: CupyRunner, inst: Instance, inputs: Sequence[np.ndarray]):

@@ -58,8 +58,18 @@ class KernelSettings:
     shared_bases: bool = True
     short_batch: int | None = None
     pipeline: bool = False  # copies load a round ahead of their stores: an experiment of the fan-outs' bandwidth
+    # Threads an SM a copy-only build promises to fit (its launch bounds'
+    # minimum blocks): None keeps snac.cu's 512, which leaves the copy
+    # kernels at one 512-thread block an SM and so caps a launch of 8 groups
+    # at 16 blocks a group. The copy-only builds need 40-64 registers at 1024
+    # (nvcc, sm_90): an experiment of the fan-outs' and copies' bandwidth.
+    copy_sm_threads: int | None = None
 
-    def defines(self) -> tuple[str, ...]:
+    def blocks_per_sm(self, threads: int, copy_only: bool) -> int:
+        """The launch bounds' minimum blocks an SM of a build."""
+        return max(1, (self.copy_sm_threads if copy_only and self.copy_sm_threads else 512) // threads)
+
+    def defines(self, copy_only: bool = False, threads: int = 512) -> tuple[str, ...]:
         """The nvrtc options these settings add to a variant's build."""
         out = [f'-DPURLIN_LD_HINT="{self.ld_hint}"'] if self.ld_hint else []
         out += [f'-DPURLIN_ST_HINT="{self.st_hint}"'] if self.st_hint else []
@@ -67,6 +77,7 @@ class KernelSettings:
         out += [] if self.shared_bases else ["-DPURLIN_SHARED_BASES=0"]
         out += [] if self.short_batch is None else [f"-DSHORT_BATCH={self.short_batch}"]
         out += ["-DPURLIN_PIPELINE=1"] if self.pipeline else []
+        out += [f"-DPURLIN_MIN_BLOCKS={self.blocks_per_sm(threads, True)}"] if copy_only and self.copy_sm_threads else []
         return tuple(out)
 
 
@@ -201,7 +212,7 @@ class CupyRunner:
 
     # -- setup ---------------------------------------------------------------
     def kernel(self, device: int):
-        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, self.world.sys_scope, self.copy_only, self.settings.defines())
+        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, self.world.sys_scope, self.copy_only, self.settings.defines(self.copy_only, self.threads))
 
     def compiled_kernel(self, device: int, ranks: list[int]):
         """The compiled datapath's kernel for the launch of ``ranks``: its
@@ -211,7 +222,7 @@ class CupyRunner:
 
         low = lower(self.program, ranks, self.world.fused, self.datapath, flag_id)
         source = generate(low, self.program.ranks, self.blocks, source_text(), BaseLayout.of(self.program, self.itemsize))
-        options = compile_options(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, self.world.sys_scope, self.copy_only, self.settings.defines())
+        options = compile_options(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, self.world.sys_scope, self.copy_only, self.settings.defines(self.copy_only, self.threads))
         kernel, seconds = compiled_kernel(source, options, device)
         self.build_s += seconds
         return kernel
@@ -236,9 +247,9 @@ class CupyRunner:
             regs = max(k.attributes["num_regs"] for k in kernels)
         elif self.compiled:
             # Before the compiled kernel exists (its block count is a
-            # constant in it): the most its launch bounds allow, 512
-            # threads' worth of registers an SM (128 a thread at 512).
-            regs = 65536 // (self.threads * max(1, 512 // self.threads))
+            # constant in it): the most its launch bounds allow (128
+            # registers a thread at 512 threads an SM).
+            regs = 65536 // (self.threads * self.settings.blocks_per_sm(self.threads, self.copy_only))
         else:
             regs = self.kernel(device).attributes["num_regs"]
         attrs = {"num_regs": regs}
