@@ -7,9 +7,29 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from purlin_bench.backends.cupy.torch_baseline import affine, index_map, plan_for
+from purlin_bench.backends.cupy.torch_baseline import IndexMap, affine, index_map, plan_for
+from purlin_bench.errors import PurlinError
 from purlin_bench.inputs import exact_inputs
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
+from purlin_bench.spec.loader import load_spec_file
+
+
+def of_array(idx: np.ndarray) -> IndexMap:
+    """An IndexMap of a dense (sources, total) map: a run per element."""
+    idx = np.atleast_2d(idx)
+    e = np.arange(idx.shape[1], dtype=np.int64)
+    return IndexMap(idx.shape[0], idx.shape[1], tuple(np.stack([e, row.astype(np.int64), np.ones_like(e)], axis=1) for row in idx))
+
+
+def dense_affine(idx: np.ndarray, shape: tuple[int, ...]):
+    """The affine test done element by element (what the runs must agree with)."""
+    grid = idx.reshape(shape)
+    base = int(grid.flat[0])
+    strides = [0 if n == 1 else int(grid[tuple(1 if k == a else 0 for k in range(len(shape)))]) - base for a, n in enumerate(shape)]
+    if any(st < 0 for st in strides):
+        return None
+    expect = base + sum(np.arange(n).reshape([-1 if k == a else 1 for k in range(len(shape))]) * st for a, (n, st) in enumerate(zip(shape, strides)))
+    return (base, tuple(strides)) if np.array_equal(grid, expect) else None
 
 
 @pytest.mark.parametrize("spec", load_all_builtin(), ids=lambda s: s.name)
@@ -17,12 +37,13 @@ from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 def test_the_index_map_computes_the_reference(spec, ranks):
     inst = instantiate(spec, ranks, 7, 4, ranks - 1 if spec.rooted else 0)
     inputs = exact_inputs(inst.in_counts, np.dtype(np.float32), "sum", seed=ranks)
-    idx, sources = index_map(inst)
+    imap = index_map(inst)
+    idx = imap.dense()
     flat = np.concatenate(inputs)
     got = flat[idx].sum(0) if inst.op == "reduce" else flat[idx[0]]
     want = np.concatenate(inst.reference(inputs, "sum"))
     assert np.array_equal(got.astype(np.float32), want)
-    kernels, plan = plan_for(inst, idx, sources)
+    kernels, plan = plan_for(inst, imap)
     if plan[0] in ("view", "reduce-view", "reduce-expand"):
         shape, strides, base = plan[1], plan[2], plan[3]
         view = np.lib.stride_tricks.as_strided(flat[base:], shape, [s * 4 for s in strides])
@@ -43,11 +64,47 @@ def test_every_builtin_takes_the_fewest_kernels_its_layout_allows(name, kernels,
     for ranks in (2, 8):
         spec = load_builtin(name)
         inst = instantiate(spec, ranks, 1000, 4, 1 if spec.rooted else 0)
-        idx, sources = index_map(inst)
-        assert plan_for(inst, idx, sources)[:1] == (kernels,) and plan_for(inst, idx, sources)[1][0] == kind
+        found = plan_for(inst, index_map(inst))
+        assert found[:1] == (kernels,) and found[1][0] == kind
 
 
 def test_affine_finds_zero_strides_and_refuses_a_permutation():
-    assert affine(np.tile(np.arange(4), 3), (3, 4)) == (0, (0, 1))
-    assert affine(np.array([1, 0, 3, 2]), (4,)) is None
-    assert affine(np.array([3, 2, 1, 0]), (4,)) is None  # descending: as_strided has no negative strides
+    assert affine(of_array(np.tile(np.arange(4), 3)), (3, 4)) == (0, (0, 1))
+    assert affine(of_array(np.array([1, 0, 3, 2])), (4,)) is None
+    assert affine(of_array(np.array([3, 2, 1, 0])), (4,)) is None  # descending: as_strided has no negative strides
+    assert affine(of_array(np.array([0, 2, 4, 6])), (4,)) == (0, (2,))
+    assert affine(of_array(np.array([0, 2, 4, 7])), (4,)) is None
+
+
+SPECS = [*load_all_builtin(), load_spec_file("examples/ring-shift.yaml")]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
+@pytest.mark.parametrize(("ranks", "count"), [(1, 5), (2, 1), (3, 7), (8, 1), (8, 12), (4, 64)])
+def test_the_runs_answer_as_the_dense_map_does(spec, ranks, count):
+    """Every view shape of every spec: the run-by-run affine test gives the
+    element-by-element one's answer, over the sources and over source 0."""
+    inst = instantiate(spec, ranks, count, 4, ranks - 1 if spec.rooted else 0)
+    imap = index_map(inst)
+    idx = imap.dense()
+    shapes = [(imap.total,)] + [(d, imap.total // d) for d in range(2, imap.total + 1) if imap.total % d == 0][:6]
+    shapes += [(ranks, ranks, imap.total // ranks**2)] if imap.total % ranks**2 == 0 else []
+    for shape in shapes:
+        assert affine(imap, shape) == dense_affine(idx[0], shape), shape
+        assert affine(imap, (imap.sources, *shape), over_sources=True) == dense_affine(idx, (imap.sources, *shape)), shape
+
+
+def test_a_256_mib_bfloat16_all_reduce_plans_without_a_dense_map():
+    """8 ranks x 128 Mi elements: a dense map would take 64 GiB (a bench of
+    it was killed for memory on a 128 GiB host); the runs take kilobytes,
+    and an index tensor that large is refused with its size."""
+    import tracemalloc
+
+    inst = instantiate(load_builtin("all-reduce"), 8, 128 << 20, 2, 0)
+    tracemalloc.start()
+    kernels, plan = plan_for(inst, index_map(inst))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert (kernels, plan[0]) == (2, "reduce-expand") and peak < 16 << 20, peak
+    with pytest.raises(PurlinError, match="GiB"):
+        index_map(inst).dense()

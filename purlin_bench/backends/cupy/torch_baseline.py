@@ -22,6 +22,8 @@ expected outputs before it is timed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from purlin_bench.errors import PurlinError
@@ -30,47 +32,104 @@ from purlin_bench.spec.instance import Instance
 _REDUCE = {"sum": "sum", "prod": "prod", "max": "amax", "min": "amin"}
 
 
-def index_map(inst: Instance) -> tuple[np.ndarray, int]:
-    """``idx[s, e]``: the flat stacked-input index of output element ``e``'s
-    ``s``-th source (outputs stacked rank after rank); and how many sources
-    every element has. PurlinError where the count differs between elements."""
-    in_at = np.concatenate([[0], np.cumsum(inst.in_counts)])
-    out_at = np.concatenate([[0], np.cumsum(inst.out_counts)])
+# An index tensor past this many entries (8 bytes each, on the host and
+# again on the device) is refused: the baseline is then not timed, and says why.
+MAX_INDEX_ENTRIES = 1 << 28
+
+
+@dataclass(frozen=True)
+class IndexMap:
+    """``idx[s, e]``, the flat stacked-input index of output element ``e``'s
+    ``s``-th source (outputs stacked rank after rank), held as runs: output
+    elements ``[out_start, out_start + length)`` read input elements from
+    ``in_start`` on, one run per flow and consumer. A dense map of a 256 MiB
+    all-reduce of 8 ranks holds 8 x 8 x 64 Mi entries (32 GiB, 64 GiB in
+    bfloat16), which killed a bench on a 128 GiB host; the runs are a few
+    dozen, and every question the baseline asks is answered from them."""
+
+    sources: int
+    total: int
+    runs: tuple[np.ndarray, ...]  # per source: (n, 3) int64 rows (out_start, in_start, length), by out_start
+
+    def values(self, s: int, e: np.ndarray) -> np.ndarray:
+        """``idx[s, e]`` for an array of output elements."""
+        runs = self.runs[s]
+        k = np.searchsorted(runs[:, 0], e, side="right") - 1
+        return runs[k, 1] + (e - runs[k, 0])
+
+    def dense(self) -> np.ndarray:
+        """The whole map as an (sources, total) array, for an index tensor."""
+        if self.sources * self.total > MAX_INDEX_ENTRIES:
+            raise PurlinError(f"no torch baseline: its index tensor would take {self.sources * self.total * 8 / 2**30:.1f} GiB")
+        out = np.empty((self.sources, self.total), dtype=np.int64)
+        for s, runs in enumerate(self.runs):
+            for o, i, n in runs.tolist():
+                out[s, o : o + n] = np.arange(i, i + n, dtype=np.int64)
+        return out
+
+
+def index_map(inst: Instance) -> IndexMap:
+    """The spec's dataflow as an IndexMap. PurlinError where outputs reduce
+    different numbers of sources, or some output element has none."""
+    in_at = np.concatenate([[0], np.cumsum(inst.in_counts)]).astype(np.int64)
+    out_at = np.concatenate([[0], np.cumsum(inst.out_counts)]).astype(np.int64)
     counts = {len(f.sources) for f in inst.flows}
     if len(counts) > 1:
         raise PurlinError(f"{inst.spec.name}: outputs reduce different numbers of sources; no torch baseline")
     sources = counts.pop() if counts else 1
-    idx = np.full((sources, int(out_at[-1])), -1, dtype=np.int64)
+    total = int(out_at[-1])
+    rows: list[list[tuple[int, int, int]]] = [[] for _ in range(sources)]
     for flow in inst.flows:
-        ramp = np.arange(flow.count, dtype=np.int64)
+        ordered = sorted(flow.sources, key=lambda p: (p.rank, p.offset))
         for c in flow.consumers:
-            at = out_at[c.rank] + c.offset
-            for s, src in enumerate(sorted(flow.sources, key=lambda p: (p.rank, p.offset))):
-                idx[s, at : at + flow.count] = in_at[src.rank] + src.offset + ramp
-    if (idx < 0).any():
-        raise PurlinError(f"{inst.spec.name}: some output element has no source; no torch baseline")
-    return idx, sources
+            for s, src in enumerate(ordered):
+                rows[s].append((int(out_at[c.rank] + c.offset), int(in_at[src.rank] + src.offset), int(flow.count)))
+    runs = []
+    for r in rows:
+        table = np.array(sorted(x for x in r if x[2] > 0), dtype=np.int64).reshape(-1, 3)
+        # The runs must tile [0, total): else some element has no source (or two).
+        ends = np.concatenate([[0], table[:, 0] + table[:, 2]])
+        if not (np.array_equal(table[:, 0], ends[:-1]) and int(ends[-1]) == total):
+            raise PurlinError(f"{inst.spec.name}: some output element has no source; no torch baseline")
+        runs.append(table)
+    return IndexMap(sources, total, tuple(runs))
 
 
-def affine(idx: np.ndarray, shape: tuple[int, ...]) -> tuple[int, tuple[int, ...]] | None:
-    """(offset, strides) if ``idx`` reshaped to ``shape`` is ``offset + sum(i_k
-    * stride_k)``, else None."""
-    if int(np.prod(shape)) != idx.size or idx.size == 0:
+def affine(imap: IndexMap, shape: tuple[int, ...], over_sources: bool = False) -> tuple[int, tuple[int, ...]] | None:
+    """(offset, strides) if the map, as an array of ``shape`` (its first axis
+    the sources when ``over_sources``, else source 0 only), is ``offset +
+    sum(i_k * stride_k)``, else None. Checked run by run: within a run both
+    sides step by one element, so only each run's pieces between the rows of
+    the innermost axis need a look, and a piece longer than one element
+    needs that axis's stride to be one."""
+    nsrc = imap.sources if over_sources else 1
+    inner_shape = shape[1:] if over_sources else shape
+    if (over_sources and shape[0] != nsrc) or int(np.prod(inner_shape)) != imap.total or imap.total == 0:
         return None
-    grid = idx.reshape(shape)
-    base = int(grid.flat[0])
+
+    def at(flat: int) -> int:
+        s, e = divmod(flat, imap.total)
+        return int(imap.values(s, np.array([e]))[0])
+
+    base = at(0)
     strides = []
     for axis, n in enumerate(shape):
-        if n == 1:
-            strides.append(0)
-            continue
-        step = [0] * len(shape)
-        step[axis] = 1
-        strides.append(int(grid[tuple(step)]) - base)
+        strides.append(0 if n == 1 else at(int(np.prod(shape[axis + 1 :]))) - base)
     if any(st < 0 for st in strides):
         return None  # torch.as_strided takes no negative strides: the index tensor does it
-    expect = base + sum(np.arange(n).reshape([-1 if k == a else 1 for k in range(len(shape))]) * s for a, (n, s) in enumerate(zip(shape, strides)))
-    return (base, tuple(strides)) if np.array_equal(grid, expect) else None
+    row = inner_shape[-1]
+    inner_strides = np.array(strides[1:] if over_sources else strides, dtype=np.int64)
+    for s in range(nsrc):
+        runs = imap.runs[s]
+        for o, i, n in runs.tolist():
+            starts = np.concatenate([[o], np.arange((o // row + 1) * row, o + n, row, dtype=np.int64)])
+            if len(starts) < n and inner_strides[-1] != 1:
+                return None  # some piece spans two elements of a row whose stride is not one
+            coords = np.stack(np.unravel_index(starts, inner_shape), axis=0)
+            want = base + (strides[0] * s if over_sources else 0) + (inner_strides[:, None] * coords).sum(0)
+            if not np.array_equal(i + (starts - o), want):
+                return None
+    return base, tuple(strides)
 
 
 def view_shapes(inst: Instance, total: int) -> list[tuple[int, ...]]:
@@ -84,18 +143,18 @@ def view_shapes(inst: Instance, total: int) -> list[tuple[int, ...]]:
     return out
 
 
-def plan_for(inst: Instance, idx: np.ndarray, sources: int) -> tuple[int, tuple]:
+def plan_for(inst: Instance, imap: IndexMap) -> tuple[int, tuple]:
     """How many torch kernels the baseline takes, and which code: a strided
     view where the index map is affine, else an index tensor."""
-    total = idx.shape[1]
+    total, sources = imap.total, imap.sources
     if not (inst.op == "reduce" and sources > 1):
         for shape in view_shapes(inst, total):
-            found = affine(idx[0], shape)
+            found = affine(imap, shape)
             if found:
                 return 1, ("view", shape, found[1], found[0])
         return 1, ("index",)
     for shape in view_shapes(inst, total):
-        found = affine(idx, (sources, *shape))
+        found = affine(imap, (sources, *shape), over_sources=True)
         if not found:
             continue
         base, strides = found
@@ -125,16 +184,17 @@ class TorchBaseline:
         host = torch.from_numpy(np.ascontiguousarray(flat))
         host = host.view(torch.bfloat16) if dtype == "bfloat16" else host
         self.x = [host.to(f"cuda:{device}") for _ in range(max(1, sets))]
-        idx, self.sources = index_map(inst)
-        total = idx.shape[1]
-        self.y = torch.empty(total, dtype=tdtype, device=f"cuda:{device}")
+        imap = index_map(inst)
+        self.sources = imap.sources
+        self.y = torch.empty(imap.total, dtype=tdtype, device=f"cuda:{device}")
         self.redop = _REDUCE[redop or "sum"]
-        self.kernels, self.plan = plan_for(inst, idx, self.sources)
+        self.kernels, self.plan = plan_for(inst, imap)
         where = f"cuda:{device}"
         if self.plan[0] in ("index", "reduce-index"):
+            idx = imap.dense()
             self.index = torch.from_numpy(idx[0] if self.plan[0] == "index" else idx).to(where)
         if self.plan[0] == "reduce-index":
-            self.gathered = torch.empty(idx.shape, dtype=tdtype, device=where)
+            self.gathered = torch.empty((imap.sources, imap.total), dtype=tdtype, device=where)
         if self.plan[0] == "reduce-expand":
             self.partial = torch.empty(self.plan[1][1:], dtype=tdtype, device=where)
 
