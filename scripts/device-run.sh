@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor gather-gap big-rows fanout occupancy torch-gaps procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core torch-tests procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor gather-gap big-rows fanout occupancy torch-gaps procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
 # then call the device tool with carry [".whl"] and this script as the command.
@@ -132,6 +132,9 @@ step_procs-smoke() {  # issue 14: a first look at ranks in processes on one GPU 
 }
 step_tests-core() {  # the GPU tests but the multi-process and compiled ones (steps procs-check and compiled-tests run those)
   timeout ${TESTS_LIMIT:-330} python3 -m pytest -q -p no:cacheprovider -m gpu -k "${TESTS_K:-not procs and not compiled}" -o addopts="" --timeout 240 --maxfail 10 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -30
+}
+step_torch-tests() {  # the torch baseline against the NumPy reference, every spec (tests/test_gpu_torch_baseline.py)
+  timeout ${TORCH_TESTS_LIMIT:-120} python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 100 -rfE tests/test_gpu_torch_baseline.py 2>&1 | tee "$OUT/torch-tests.log" | tail -8
 }
 step_procs-check() {  # issue 14's done-means on one GPU: every collective, strategy, dtype, count and root; PROCS_N processes
   for n in ${PROCS_N:-2 4}; do
