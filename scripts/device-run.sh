@@ -4,7 +4,9 @@
 #
 #   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core torch-tests procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor gather-gap big-rows fanout occupancy torch-gaps procs-short multi-gpu pack
 #
-# Prepare here first: ../shared/tools/device-wheels.sh (puts optuna & co in .whl/),
+# Prepare here first: ../shared/tools/device-wheels.sh jsonschema jsonschema-specifications
+# referencing rpds-py attrs hypothesis sortedcontainers ml_dtypes pytest-timeout
+# (puts optuna & co in .whl/; without the extras the test steps fail to collect),
 # then call the device tool with carry [".whl"] and this script as the command.
 # Every step has its own time limit, so one slow step cannot eat the lease.
 set -uo pipefail
