@@ -6,6 +6,8 @@ skipped where torch is missing."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -17,7 +19,7 @@ from purlin_bench.spec.loader import load_spec_file
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
-SPECS = [*load_all_builtin(), load_spec_file("examples/ring-shift.yaml")]
+SPECS = [*load_all_builtin(), load_spec_file(Path(__file__).resolve().parents[1] / "examples" / "ring-shift.yaml")]
 
 
 @pytest.mark.timeout(120)

@@ -4,6 +4,8 @@ take a strided view (one kernel; two for a reduction sent to every rank)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -76,7 +78,7 @@ def test_affine_finds_zero_strides_and_refuses_a_permutation():
     assert affine(of_array(np.array([0, 2, 4, 7])), (4,)) is None
 
 
-SPECS = [*load_all_builtin(), load_spec_file("examples/ring-shift.yaml")]
+SPECS = [*load_all_builtin(), load_spec_file(Path(__file__).resolve().parents[1] / "examples" / "ring-shift.yaml")]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -108,3 +110,14 @@ def test_a_256_mib_bfloat16_all_reduce_plans_without_a_dense_map():
     assert (kernels, plan[0]) == (2, "reduce-expand") and peak < 16 << 20, peak
     with pytest.raises(PurlinError, match="GiB"):
         index_map(inst).dense()
+
+
+def run(*rows) -> np.ndarray:
+    return np.array(rows, dtype=np.int64).reshape(-1, 3)
+
+
+def test_an_index_map_refuses_runs_that_do_not_tile_its_outputs():
+    assert IndexMap(1, 4, (run((0, 5, 2), (2, 0, 2)),)).values(0, np.arange(4)).tolist() == [5, 6, 0, 1]
+    for bad in (run((0, 0, 2), (2, 9, 0), (2, 2, 2)), run((0, 0, 2), (3, 0, 1)), run((0, 0, 2), (1, 0, 3)), run((0, 0, 3))):
+        with pytest.raises(ValueError, match="tile"):
+            IndexMap(1, 4, (bad,))

@@ -248,7 +248,8 @@ class CupyRunner:
         elif self.compiled:
             # Before the compiled kernel exists (its block count is a
             # constant in it): the most its launch bounds allow (128
-            # registers a thread at 512 threads an SM).
+            # registers a thread at 512 threads an SM, 64 for a copy-only
+            # build bound to 1024).
             regs = 65536 // (self.threads * self.settings.blocks_per_sm(self.threads, self.copy_only))
         else:
             regs = self.kernel(device).attributes["num_regs"]

@@ -33,8 +33,10 @@ _REDUCE = {"sum": "sum", "prod": "prod", "max": "amax", "min": "amin"}
 
 
 # An index tensor past this many entries (8 bytes each, on the host and
-# again on the device) is refused: the baseline is then not timed, and says why.
-MAX_INDEX_ENTRIES = 1 << 28
+# again on the device: 8 GiB each) is refused: the baseline is then not
+# timed, and says why. Only layouts no strided view covers take one
+# (ring-shift of 8 ranks up to 128 Mi elements a rank).
+MAX_INDEX_ENTRIES = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,14 @@ class IndexMap:
     sources: int
     total: int
     runs: tuple[np.ndarray, ...]  # per source: (n, 3) int64 rows (out_start, in_start, length), by out_start
+
+    def __post_init__(self):
+        # values() and affine() take each source's runs to tile [0, total)
+        # in order, with no empty run to land on.
+        for table in self.runs:
+            ends = np.concatenate([[0], table[:, 0] + table[:, 2]])
+            if (table[:, 2] <= 0).any() or not np.array_equal(table[:, 0], ends[:-1]) or int(ends[-1]) != self.total:
+                raise ValueError("an IndexMap's runs must tile [0, total) in order, each at least one element long")
 
     def values(self, s: int, e: np.ndarray) -> np.ndarray:
         """``idx[s, e]`` for an array of output elements."""
@@ -84,15 +94,11 @@ def index_map(inst: Instance) -> IndexMap:
         for c in flow.consumers:
             for s, src in enumerate(ordered):
                 rows[s].append((int(out_at[c.rank] + c.offset), int(in_at[src.rank] + src.offset), int(flow.count)))
-    runs = []
-    for r in rows:
-        table = np.array(sorted(x for x in r if x[2] > 0), dtype=np.int64).reshape(-1, 3)
-        # The runs must tile [0, total): else some element has no source (or two).
-        ends = np.concatenate([[0], table[:, 0] + table[:, 2]])
-        if not (np.array_equal(table[:, 0], ends[:-1]) and int(ends[-1]) == total):
-            raise PurlinError(f"{inst.spec.name}: some output element has no source; no torch baseline")
-        runs.append(table)
-    return IndexMap(sources, total, tuple(runs))
+    runs = tuple(np.array(sorted(x for x in r if x[2] > 0), dtype=np.int64).reshape(-1, 3) for r in rows)
+    try:
+        return IndexMap(sources, total, runs)
+    except ValueError:  # the runs leave a gap (or overlap)
+        raise PurlinError(f"{inst.spec.name}: some output element has no source; no torch baseline") from None
 
 
 def affine(imap: IndexMap, shape: tuple[int, ...], over_sources: bool = False) -> tuple[int, tuple[int, ...]] | None:
@@ -104,7 +110,7 @@ def affine(imap: IndexMap, shape: tuple[int, ...], over_sources: bool = False) -
     needs that axis's stride to be one."""
     nsrc = imap.sources if over_sources else 1
     inner_shape = shape[1:] if over_sources else shape
-    if (over_sources and shape[0] != nsrc) or int(np.prod(inner_shape)) != imap.total or imap.total == 0:
+    if not inner_shape or (over_sources and shape[0] != nsrc) or int(np.prod(inner_shape)) != imap.total or imap.total == 0:
         return None
 
     def at(flat: int) -> int:
