@@ -219,7 +219,7 @@ step_small-floor() {  # issue 16: a 256-byte gather's floor (a memcpy node, bare
   timeout ${SMALL_FLOOR_LIMIT:-40} python3 scripts/datapath_survey.py --launch-floor --iters 20 --reps 7 --baseline torch \
     --case gather:float32:256:push:unroll=4,kernel=compiled,threads=128 --case scatter:float32:256:direct:unroll=4,kernel=compiled,threads=128 2>&1 | tee "$OUT/small-floor.log"
 }
-step_gather-gap() {  # issue 16: a small gather's time over torch's, in one harness: purlin's, torch's, and bare kernels whose 8 parts lie in one allocation (contiguous, 128 B, 4 KiB, 2 MiB apart) or 8
+step_gather-gap() {  # issue 16: a small gather's time over torch's, in one harness: purlin's, torch's, bare kernels whose 8 parts lie in one allocation (contiguous, 128 B, 4 KiB, 2 MiB apart) or 8, and the bare kernel grown towards purlin's a step at a time
   timeout ${GATHER_GAP_LIMIT:-40} python3 scripts/gather_gap.py --bytes ${GATHER_GAP_BYTES:-256} 2>&1 | tee "$OUT/gather-gap.log"
 }
 step_big-rows() {  # issue 16: the default's 256 MiB rows alone (BIG_ROWS: collective:dtype ...), beside torch

@@ -4,9 +4,14 @@ bare copy kernels of the gather's shape (8 blocks, each copying its rank's
 part into one output) timed side by side by the measurement service's own
 timer, every candidate rotating over as many buffer sets as the service's
 row of that gather does (8 at small sizes).
-The bare kernels differ only in where the 8 parts live: one allocation,
-contiguous or 128 B / 4 KiB / 2 MiB apart, or 8 allocations. Each is
-checked after it is timed.
+Two families of bare kernels. The first differs only in where the 8 parts
+live: one allocation, contiguous or 128 B / 4 KiB / 2 MiB apart, or 8
+allocations (on 2026-12-03 this showed the layout costs nothing). The
+second grows the 8-allocation kernel towards purlin's one difference at a
+time: its size a constant, then purlin's 36-parameter list, then a switch
+over groups, then 16-byte loads that bypass L1 (ld.global.cg), and last
+purlin's own generated kernel launched bare (no runner). Each is checked
+after it is timed.
 
     python3 scripts/gather_gap.py [--bytes 256] [--reps 15]
 """
@@ -36,9 +41,44 @@ KERNEL = (
 )
 
 
-def bare_candidates(nbytes: int, sets: int) -> tuple[dict[str, Candidate], dict[str, list], object]:
+_LD_CG = (
+    "__device__ __forceinline__ uint4 ld_cg(const uint4* p) { uint4 v; "
+    'asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p)); return v; }\n'
+)
+# The bare kernel's steps towards purlin's: (label, purlin's parameter list, switch over groups, ld.global.cg)
+STEPS = (
+    ("bare, 8 allocations, size a constant", False, False, False),
+    ("+ purlin's 36 parameters", True, False, False),
+    ("+ a switch over groups", True, True, False),
+    ("+ ld.global.cg loads", True, True, True),
+)
+
+
+def step_kernel(per_block: int, purlin_params: bool, switch: bool, cg: bool) -> str:
+    """``gather8_step``: gather8 with its vectors a block a constant, and
+    the steps asked for. With purlin's parameters, rank k's part is the
+    k-th input base (b{3k}) and the output is b1, as in its generated
+    gather (root 0); the other bases and the flags are unused, as there."""
+    if purlin_params:
+        params = [f"char* b{i}" for i in range(3 * RANKS)] + [f"unsigned long long* f{r}" for r in range(RANKS)]
+        params += ["unsigned long long* epochs", "long long* status", "int* abort_flag", "unsigned long long timeout_ns"]
+        srcs, dst = [f"(const uint4*)b{3 * k}" for k in range(RANKS)], "((uint4*)b1)"
+    else:
+        params = [f"const uint4* a{k}" for k in range(RANKS)] + ["uint4* b"]
+        srcs, dst = [f"a{k}" for k in range(RANKS)], "b"
+    load = "ld_cg(a + threadIdx.x)" if cg else "a[threadIdx.x]"
+    copy = f"if (threadIdx.x < {per_block}) {dst}[blockIdx.x * {per_block} + threadIdx.x] = {load};"
+    if switch:
+        body = "switch (blockIdx.x) { " + " ".join(f"case {k}: {{ const uint4* a = {src}; {copy} }} break;" for k, src in enumerate(srcs)) + " }"
+    else:
+        body = "const uint4* a = " + " : ".join(f"blockIdx.x == {k} ? {src}" for k, src in enumerate(srcs[:-1])) + f" : {srcs[-1]}; {copy}"
+    return (_LD_CG if cg else "") + f'extern "C" __global__ void gather8_step({", ".join(params)}) {{ {body} }}\n'
+
+
+def bare_candidates(nbytes: int, sets: int, purlin_source: tuple[tuple[str, ...], str, int] | None = None) -> tuple[dict[str, Candidate], dict[str, list], object]:
     """name -> candidate rotating over ``sets`` buffer sets, name -> its
-    output per set, and the expected output."""
+    output per set, and the expected output; ``purlin_source`` (options,
+    source, grid) adds purlin's generated kernel, launched bare."""
     import cupy
 
     kernel = cupy.RawKernel(KERNEL, "gather8")
@@ -80,6 +120,36 @@ def bare_candidates(nbytes: int, sets: int) -> tuple[dict[str, Candidate], dict[
     for stride, label in ((128, "128 B"), (4096, "4 KiB"), (2 << 20, "2 MiB")):
         make(f"bare, one allocation, parts {label} apart", one_allocation(stride))
     make("bare, 8 allocations", separate)
+
+    def make_step(name: str, kernel, purlin_params: bool, grid: int = RANKS):
+        """The 8-allocation layout; ``kernel`` takes purlin's parameters or gather8's."""
+        dsts = [cupy.zeros(nbytes // 4, dtype=cupy.float32) for _ in range(sets)]
+        srcs = [separate(s) for s in range(sets)]
+        unused = cupy.zeros(64, dtype=cupy.uint64)  # epochs, status, abort word: the kernel never touches them
+        held.append(unused)
+        null = np.uint64(0)
+        args = []
+        for k in range(sets):
+            if purlin_params:
+                bases = [null] * (3 * RANKS)
+                for r in range(RANKS):
+                    bases[3 * r] = np.uint64(srcs[k][r].data.ptr)
+                bases[1] = np.uint64(dsts[k].data.ptr)
+                args.append((*bases, *([null] * RANKS), unused, unused, unused, np.uint64(1 << 30)))
+            else:
+                args.append((*[np.uint64(a.data.ptr) for a in srcs[k]], dsts[k]))
+        stream = cupy.cuda.Stream(non_blocking=True)
+
+        def enqueue(target, i, args=args):
+            kernel((grid,), (128,), args[i % sets], stream=target)
+
+        cands[name], outs[name] = Candidate(enqueue, stream), dsts
+
+    for label, purlin_params, switch, cg in STEPS:
+        make_step(label, cupy.RawKernel(step_kernel(int(per_block), purlin_params, switch, cg), "gather8_step"), purlin_params)
+    if purlin_source is not None:
+        options, source, grid = purlin_source
+        make_step("purlin's generated kernel, launched bare", cupy.RawModule(code=source, options=options).get_function("purlin_compiled"), True, grid)
     return cands, outs, (expect, held)
 
 
@@ -101,7 +171,13 @@ def main() -> int:
     prepared = service.prepare(inst, config, "float32")
     cands = {"purlin compiled gather": prepared.runner.candidate(), "torch": prepared.reference.baseline("torch")}
     sets = rotation_sets(prepared.program)  # as many as purlin's own gather rotates over
-    bare, outs, (expect, _held) = bare_candidates(args.bytes, sets)
+    # The very source purlin's runner built (the same program, blocks and options).
+    text = backend.source(prepared.program, **dict(config.exec_params))
+    if f"const int B = {prepared.runner.blocks};" not in text:
+        print(f"gather_gap: the generated source is not for the runner's {prepared.runner.blocks} blocks a group", file=sys.stderr)
+        return 1
+    options = tuple(text.splitlines()[0].removeprefix("// nvrtc ").split())
+    bare, outs, (expect, _held) = bare_candidates(args.bytes, sets, (options, text, RANKS * prepared.runner.blocks))
     cands.update(bare)
     times = backend.time(list(cands.values()), TimingPolicy(iters=args.iters, warmup=2, reps=args.reps))
     wrong = sum(int((d != expect).sum()) for dsts in outs.values() for d in dsts)

@@ -83,10 +83,24 @@ def test_the_runbook_parses_and_its_header_lists_exactly_its_steps():
 def test_the_gather_gap_kernel_builds(tmp_path):
     """scripts/gather_gap.py's bare kernel is source text put together in
     Python: a typo would surface only on the GPU, as an NVRTC error."""
-    from gather_gap import KERNEL
+    from gather_gap import KERNEL, STEPS, step_kernel
 
     from tests.nvcc_build import assert_builds_without_spills
 
     source = tmp_path / "gather8.cu"
     source.write_text(KERNEL)
     assert_builds_without_spills(source, [], "sm_90", "gather_gap", tmp_path / "gather8.o")
+    for label, *steps in STEPS:
+        source.write_text(step_kernel(2, *steps))
+        assert_builds_without_spills(source, [], "sm_90", f"gather_gap {label}", tmp_path / "gather8.o")
+
+
+def test_the_gather_gap_steps_add_one_difference_each():
+    """Each step of the bare kernel towards purlin's changes one thing: the
+    parameter list, the switch, the loads, in that order."""
+    from gather_gap import STEPS, step_kernel
+
+    texts = [step_kernel(2, *steps) for _, *steps in STEPS]
+    assert "int per_block" not in texts[0] and "b23" not in texts[0] and "b23" in texts[1]
+    assert "switch" not in texts[1] and "switch (blockIdx.x)" in texts[2] and "ld.global.cg" not in texts[2]
+    assert "ld.global.cg" in texts[3] and texts[3].count("ld_cg(a") == 8
