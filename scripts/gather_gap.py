@@ -121,7 +121,7 @@ def bare_candidates(nbytes: int, sets: int, purlin_source: tuple[tuple[str, ...]
         make(f"bare, one allocation, parts {label} apart", one_allocation(stride))
     make("bare, 8 allocations", separate)
 
-    def make_step(name: str, kernel, purlin_params: bool, grid: int = RANKS):
+    def make_step(name: str, kernel, purlin_params: bool, grid: int = RANKS, record: bool = False):
         """The 8-allocation layout; ``kernel`` takes purlin's parameters or gather8's."""
         dsts = [cupy.zeros(nbytes // 4, dtype=cupy.float32) for _ in range(sets)]
         srcs = [separate(s) for s in range(sets)]
@@ -141,6 +141,8 @@ def bare_candidates(nbytes: int, sets: int, purlin_source: tuple[tuple[str, ...]
         stream = cupy.cuda.Stream(non_blocking=True)
 
         def enqueue(target, i, args=args):
+            if record:  # as the runner's launch() does before its copy-engine stages
+                cupy.cuda.Event(disable_timing=True).record(target)
             kernel((grid,), (128,), args[i % sets], stream=target)
 
         cands[name], outs[name] = Candidate(enqueue, stream), dsts
@@ -149,7 +151,9 @@ def bare_candidates(nbytes: int, sets: int, purlin_source: tuple[tuple[str, ...]
         make_step(label, cupy.RawKernel(step_kernel(int(per_block), purlin_params, switch, cg), "gather8_step"), purlin_params)
     if purlin_source is not None:
         options, source, grid = purlin_source
-        make_step("purlin's generated kernel, launched bare", cupy.RawModule(code=source, options=options).get_function("purlin_compiled"), True, grid)
+        built = cupy.RawModule(code=source, options=options).get_function("purlin_compiled")
+        make_step("purlin's generated kernel, launched bare", built, True, grid)
+        make_step("  + an event recorded before each call", built, True, grid, record=True)
     return cands, outs, (expect, held)
 
 
@@ -179,6 +183,12 @@ def main() -> int:
     options = tuple(text.splitlines()[0].removeprefix("// nvrtc ").split())
     bare, outs, (expect, _held) = bare_candidates(args.bytes, sets, (options, text, RANKS * prepared.runner.blocks))
     cands.update(bare)
+    # The runner's own launch, on a non-blocking stream like the bare kernels'
+    # (its candidate uses a blocking one, ordered after the legacy stream).
+    import cupy
+
+    runner = prepared.runner
+    cands["purlin's runner on a non-blocking stream"] = Candidate(lambda target, i: runner.launch(target, i % sets), cupy.cuda.Stream(non_blocking=True))
     times = backend.time(list(cands.values()), TimingPolicy(iters=args.iters, warmup=2, reps=args.reps))
     wrong = sum(int((d != expect).sum()) for dsts in outs.values() for d in dsts)
     print(f"# gather of {size} B over {RANKS} ranks, float32, {sets} buffer sets each, side by side, median of {args.reps}; purlin #wrong {prepared.nwrong}, bare kernels #wrong {wrong}")
