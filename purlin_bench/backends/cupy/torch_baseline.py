@@ -186,18 +186,19 @@ class TorchBaseline:
         self.torch = torch
         self.inst = inst
         tdtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32, "float64": torch.float64}[dtype]
+        # The plan (and an index tensor's size bound) before anything is uploaded.
+        imap = index_map(inst)
+        self.sources = imap.sources
+        self.kernels, self.plan = plan_for(inst, imap)
+        idx = imap.dense() if self.plan[0] in ("index", "reduce-index") else None
         flat = np.concatenate([np.asarray(x).view(np.uint16) if dtype == "bfloat16" else np.asarray(x) for x in inputs]) if inputs else np.zeros(0)
         host = torch.from_numpy(np.ascontiguousarray(flat))
         host = host.view(torch.bfloat16) if dtype == "bfloat16" else host
         self.x = [host.to(f"cuda:{device}") for _ in range(max(1, sets))]
-        imap = index_map(inst)
-        self.sources = imap.sources
         self.y = torch.empty(imap.total, dtype=tdtype, device=f"cuda:{device}")
         self.redop = _REDUCE[redop or "sum"]
-        self.kernels, self.plan = plan_for(inst, imap)
         where = f"cuda:{device}"
-        if self.plan[0] in ("index", "reduce-index"):
-            idx = imap.dense()
+        if idx is not None:
             self.index = torch.from_numpy(idx[0] if self.plan[0] == "index" else idx).to(where)
         if self.plan[0] == "reduce-index":
             self.gathered = torch.empty((imap.sources, imap.total), dtype=tdtype, device=where)
