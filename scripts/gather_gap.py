@@ -87,19 +87,21 @@ def bare_candidates(nbytes: int, sets: int, purlin_source: tuple[tuple[str, ...]
     per_block = np.int32(part // 16)
     expect = cupy.arange(nbytes // 4, dtype=cupy.float32)
     cands, outs = {}, {}
+    held = []  # every source array stays alive while its pointers are used
 
-    def make(name: str, parts_of_set):
+    def make(name: str, kernel, parts_of_set, args_of, grid: int = RANKS, record: bool = False):
+        """A candidate launching ``kernel`` with ``args_of(parts, output)``
+        of each buffer set, its parts from ``parts_of_set``."""
         dsts = [cupy.zeros(nbytes // 4, dtype=cupy.float32) for _ in range(sets)]
-        ptrs = [[np.uint64(p.data.ptr) for p in parts_of_set(s)] for s in range(sets)]
+        args = [args_of(parts_of_set(s), dsts[s]) for s in range(sets)]
         stream = cupy.cuda.Stream(non_blocking=True)
 
-        def enqueue(target, i, ptrs=ptrs, dsts=dsts):
-            k = i % sets
-            kernel((RANKS,), (128,), (*ptrs[k], dsts[k], per_block), stream=target)
+        def enqueue(target, i, args=args):
+            if record:  # as the runner's launch() does before its copy-engine stages
+                cupy.cuda.Event(disable_timing=True).record(target)
+            kernel((grid,), (128,), args[i % sets], stream=target)
 
         cands[name], outs[name] = Candidate(enqueue, stream), dsts
-
-    held = []  # every source array stays alive while its pointers are used
 
     def one_allocation(stride: int):
         def parts(s):
@@ -116,44 +118,35 @@ def bare_candidates(nbytes: int, sets: int, purlin_source: tuple[tuple[str, ...]
         held.extend(arrays)
         return arrays
 
-    make("bare, one allocation, contiguous", one_allocation(part))
+    def pointers(parts):
+        return [np.uint64(p.data.ptr) for p in parts]
+
+    unused = cupy.zeros(64, dtype=cupy.uint64)  # epochs, status, abort word: the kernels never touch them
+    held.append(unused)
+
+    def purlin_args(parts, dst):
+        """Purlin's parameter list: rank k's input base b{3k}, root 0's output b1, nothing else."""
+        bases = [np.uint64(0)] * (3 * RANKS)
+        for r, p in enumerate(pointers(parts)):
+            bases[3 * r] = p
+        bases[1] = np.uint64(dst.data.ptr)
+        return (*bases, *([np.uint64(0)] * RANKS), unused, unused, unused, np.uint64(1 << 30))
+
+    def gather8_args(parts, dst):
+        return (*pointers(parts), dst, per_block)
+
+    make("bare, one allocation, contiguous", kernel, one_allocation(part), gather8_args)
     for stride, label in ((128, "128 B"), (4096, "4 KiB"), (2 << 20, "2 MiB")):
-        make(f"bare, one allocation, parts {label} apart", one_allocation(stride))
-    make("bare, 8 allocations", separate)
-
-    def make_step(name: str, kernel, purlin_params: bool, grid: int = RANKS, record: bool = False):
-        """The 8-allocation layout; ``kernel`` takes purlin's parameters or gather8's."""
-        dsts = [cupy.zeros(nbytes // 4, dtype=cupy.float32) for _ in range(sets)]
-        srcs = [separate(s) for s in range(sets)]
-        unused = cupy.zeros(64, dtype=cupy.uint64)  # epochs, status, abort word: the kernel never touches them
-        held.append(unused)
-        null = np.uint64(0)
-        args = []
-        for k in range(sets):
-            if purlin_params:
-                bases = [null] * (3 * RANKS)
-                for r in range(RANKS):
-                    bases[3 * r] = np.uint64(srcs[k][r].data.ptr)
-                bases[1] = np.uint64(dsts[k].data.ptr)
-                args.append((*bases, *([null] * RANKS), unused, unused, unused, np.uint64(1 << 30)))
-            else:
-                args.append((*[np.uint64(a.data.ptr) for a in srcs[k]], dsts[k]))
-        stream = cupy.cuda.Stream(non_blocking=True)
-
-        def enqueue(target, i, args=args):
-            if record:  # as the runner's launch() does before its copy-engine stages
-                cupy.cuda.Event(disable_timing=True).record(target)
-            kernel((grid,), (128,), args[i % sets], stream=target)
-
-        cands[name], outs[name] = Candidate(enqueue, stream), dsts
-
+        make(f"bare, one allocation, parts {label} apart", kernel, one_allocation(stride), gather8_args)
+    make("bare, 8 allocations", kernel, separate, gather8_args)
     for label, purlin_params, switch, cg in STEPS:
-        make_step(label, cupy.RawKernel(step_kernel(int(per_block), purlin_params, switch, cg), "gather8_step"), purlin_params)
+        step = cupy.RawKernel(step_kernel(int(per_block), purlin_params, switch, cg), "gather8_step")
+        make(label, step, separate, purlin_args if purlin_params else lambda parts, dst: (*pointers(parts), dst))
     if purlin_source is not None:
         options, source, grid = purlin_source
         built = cupy.RawModule(code=source, options=options).get_function("purlin_compiled")
-        make_step("purlin's generated kernel, launched bare", built, True, grid)
-        make_step("  + an event recorded before each call", built, True, grid, record=True)
+        make("purlin's generated kernel, launched bare", built, separate, purlin_args, grid)
+        make("  + an event recorded before each call", built, separate, purlin_args, grid, record=True)
     return cands, outs, (expect, held)
 
 
