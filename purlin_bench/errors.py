@@ -16,6 +16,12 @@ class PlanError(PurlinError):
     """A strategy cannot build a program, or a program fails validation."""
 
 
+class CapacityError(PlanError):
+    """A valid program past what one datapath takes (the compiled kernel's
+    build bound): another datapath runs it, so a check of that datapath reports
+    the combination as not applicable, not as a failure."""
+
+
 class ExecutionError(PurlinError):
     """An executor could not run a program (deadlock, timeout, no device)."""
 

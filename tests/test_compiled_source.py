@@ -11,10 +11,10 @@ import pytest
 
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.atoms import DTYPE_CODES
-from purlin_bench.backends.cupy.compiled import MAX_OPS, BaseLayout, generate
+from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, BaseLayout, build_weight, generate
 from purlin_bench.backends.cupy.lower import flag_id, lower
 from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import PlanError
+from purlin_bench.errors import CapacityError, PlanError
 from purlin_bench.planner import plan
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.strategies import STRATEGIES
@@ -76,7 +76,7 @@ def test_a_program_past_the_op_bound_is_refused_with_the_way_out():
     spec = load_builtin("all-reduce")
     program = plan(instantiate(spec, 8, 1 << 20, 4), "ring", "float32", "sum", {"slice_bytes": 16384}, False)
     low = lower(program, list(range(8)), True, "sm", flag_id)
-    assert len(low.ops) > MAX_OPS
+    assert build_weight(low) > MAX_BUILD_WEIGHT
     with pytest.raises(PlanError, match="kernel=interpreted"):
         generate(low, 8, 2, source_text(), BaseLayout.of(program, 4))
 
@@ -245,3 +245,20 @@ def test_build_seconds_are_counted_once_per_build_also_after_eviction(monkeypatc
     assert compiled.compiled_kernel("a", (), 0)[1] == 0.0
     assert compiled.compiled_kernel("b", (), 0)[1] == 1.5
     assert builds == ["a", "b", "c", "b"]
+
+
+def test_the_build_bound_weighs_operands_not_only_ops():
+    # 256 reductions of 8 sources each took nvcc a minute (2026-12-04), where
+    # 240 ring ops of one or two slices took 9 s: the first is refused.
+    def weight(name, strategy, count, params):
+        program = plan(instantiate(load_builtin(name), 8, count, 4), strategy, "float32", "sum", params, False)
+        return build_weight(lower(program, list(range(8)), True, "sm", flag_id))
+
+    heavy = weight("reduce-scatter", "two-shot", 1024, {"channels": 4})
+    light = weight("all-reduce", "ring", 262144, {"slice_bytes": 65536})
+    assert light <= MAX_BUILD_WEIGHT < heavy
+    program = plan(instantiate(load_builtin("reduce-scatter"), 8, 1024, 4), "two-shot", "float32", "sum", {"channels": 4}, False)
+    low = lower(program, list(range(8)), True, "sm", flag_id)
+    assert len(low.ops) == 256  # within the old bound of ops alone
+    with pytest.raises(CapacityError, match="too large for one compiled launch"):
+        generate(low, 8, 1, source_text(), BaseLayout.of(program, 4))

@@ -7,12 +7,32 @@ from __future__ import annotations
 
 import pytest
 
-from purlin_bench.spec import load_all_builtin, load_builtin
+from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
+from purlin_bench.backends.cupy.lower import flag_id, lower
+from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.errors import CapacityError
+from purlin_bench.planner import plan
+from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 from purlin_bench.strategies import STRATEGIES
-from tests.test_gpu_executor import PerRanks, _check, assert_watchdog_names_the_starved_wait, ring_without_its_last_notify
+from tests.test_gpu_executor import PerRanks, _check as _check_any, assert_watchdog_names_the_starved_wait, ring_without_its_last_notify
 
 pytestmark = pytest.mark.gpu
 COMPILED = {"kernel": "compiled"}
+
+
+def _check(executor, spec, ranks, count, dtype, strategy, root=0, inplace=False, redop=None, params=None, exec_params=COMPILED):
+    """The interpreter tests' check, where the program fits one compiled
+    launch; past the build bound (a ring over 8 ranks: 576-736 ops, a minute
+    or two of NVRTC each) the refusal must come, with the way out, before any build."""
+    _, np_dtype = resolve_dtype(dtype)
+    inst = instantiate(spec, ranks, count, np_dtype.itemsize, root)
+    program = plan(inst, strategy, dtype, redop, params or {}, inplace)
+    launches = [[r] for r in range(ranks)] if executor.options.get("split_launches") else [list(range(ranks))]
+    if max(build_weight(lower(program, held, True, "sm", flag_id)) for held in launches) <= MAX_BUILD_WEIGHT:
+        _check_any(executor, spec, ranks, count, dtype, strategy, root, inplace, redop, params, exec_params)
+        return
+    with pytest.raises(CapacityError, match="kernel=interpreted"):
+        executor.prepare(program, **exec_params)
 
 
 @pytest.fixture(scope="module")

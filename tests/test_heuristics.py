@@ -90,7 +90,7 @@ def test_one_gpu_gets_the_compiled_kernel_up_to_its_bound_and_128_threads_for_sm
     assert dict(default_config(_at("all-gather", 4096)).exec_params) == {"unroll": 4, **compiled}
     # past the ranks it was measured at (and where nvcc's sample of its builds stops)
     from purlin_bench.backends.cupy import COMPILED_MAX_RANKS
-    from purlin_bench.backends.cupy.compiled import MAX_OPS
+    from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
     from purlin_bench.backends.cupy.lower import flag_id, lower
     from purlin_bench.planner import plan
 
@@ -98,9 +98,9 @@ def test_one_gpu_gets_the_compiled_kernel_up_to_its_bound_and_128_threads_for_sm
         inst = _at("all-to-all", 4096, ranks=ranks)
         config = default_config(inst)
         program = plan(inst, config.strategy, "float32", None, dict(config.plan_params), False)
-        ops = len(lower(program, list(range(ranks)), True, "sm", flag_id).ops)
+        weight = build_weight(lower(program, list(range(ranks)), True, "sm", flag_id))
         assert (dict(config.exec_params).get("kernel") == "compiled") == (ranks <= COMPILED_MAX_RANKS)
-        assert ops <= MAX_OPS or ranks > COMPILED_MAX_RANKS
+        assert weight <= MAX_BUILD_WEIGHT or ranks > COMPILED_MAX_RANKS
     assert dict(default_config(_at("all-reduce", 4096, itemsize=2)).exec_params) == compiled
 
 
@@ -108,7 +108,7 @@ def test_a_users_small_slices_keep_the_default_on_the_interpreter_past_the_op_bo
     """bench --strategy auto --slice-bytes 16 at 64 KiB: thousands of ops,
     which the compiled kernel refuses; the default must still run."""
     from purlin_bench.backends.cupy import CupyBackend
-    from purlin_bench.backends.cupy.compiled import MAX_OPS
+    from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
     from purlin_bench.backends.cupy.lower import flag_id, lower
     from purlin_bench.bench.run import Choice, configs_for
     from purlin_bench.measurement import MeasurementService
@@ -120,7 +120,7 @@ def test_a_users_small_slices_keep_the_default_on_the_interpreter_past_the_op_bo
         (config,) = configs_for(inst, 64 << 10, Choice("auto", {"slice_bytes": slices}, {}), service.default_config)
         assert dict(config.plan_params)["slice_bytes"] == slices
         program = plan(inst, config.strategy, "float32", "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
-        fits = len(lower(program, list(range(8)), True, "sm", flag_id).ops) <= MAX_OPS
+        fits = build_weight(lower(program, list(range(8)), True, "sm", flag_id)) <= MAX_BUILD_WEIGHT
         assert (dict(config.exec_params).get("kernel") == "compiled") == fits, (name, slices)
         assert fits == (name == "all-reduce")
     # and an explicit choice is the user's: --kernel interpreted wins over the default

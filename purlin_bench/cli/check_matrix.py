@@ -21,7 +21,7 @@ from purlin_bench.check import partial_overflow
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import DTYPES, REDOPS, resolve_dtype
 from purlin_bench.dist.errors import DistError
-from purlin_bench.errors import PurlinError, SpecError
+from purlin_bench.errors import CapacityError, PurlinError, SpecError
 from purlin_bench.inputs import exact_inputs
 from purlin_bench.measurement import MeasurementService
 from purlin_bench.spec.instance import Instance, instantiate
@@ -237,6 +237,8 @@ class Runner:
             result = service.check(job.inst, config, c.dtype, c.redop, c.inplace, seed=self.seed)
         except DistError:
             raise  # a lost rank ends the run: every later check would say the same
+        except CapacityError as exc:  # --kernel compiled over a program past its build bound: the interpreter's to run
+            return Outcome(c, NA, steps=program.step_count(), note=str(exc))
         except PurlinError as exc:  # deadlock, device timeout
             return Outcome(c, ERROR, steps=program.step_count(), note=f"run: {exc}")
         if not result.ok:

@@ -148,9 +148,9 @@ class CupyBackend(Backend):
     @staticmethod
     def _compiles(inst: Instance, config: RunConfig) -> bool:
         """Whether ``config``'s program, in and out of place, stays within
-        the compiled kernel's op bound (a user's small --slice-bytes can
+        the compiled kernel's build bound (a user's small --slice-bytes can
         make thousands of ops: the interpreter runs those)."""
-        from purlin_bench.backends.cupy.compiled import MAX_OPS
+        from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
         from purlin_bench.backends.cupy.lower import flag_id, lower
         from purlin_bench.planner import plan
 
@@ -160,7 +160,7 @@ class CupyBackend(Backend):
         for inplace in (False, True) if inst.inplace_refusal() is None else (False,):
             try:
                 program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
-                if len(lower(program, list(range(inst.ranks)), True, "sm", flag_id).ops) > MAX_OPS:
+                if build_weight(lower(program, list(range(inst.ranks)), True, "sm", flag_id)) > MAX_BUILD_WEIGHT:
                     return False
             except PurlinError:
                 return False  # the run will say why, on whichever datapath

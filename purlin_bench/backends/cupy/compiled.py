@@ -29,14 +29,33 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from purlin_bench.backends.cupy.lower import BUFFER_INDEX, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE, Lowered
-from purlin_bench.errors import PlanError
+from purlin_bench.errors import CapacityError, PlanError
 from purlin_bench.program.model import Program, Ref
 
 KERNEL = "purlin_compiled"
-# Ops one compiled launch may hold: NVRTC takes about a millisecond per op,
-# and a tuner trial must stay bounded; a ring over thousands of slices runs
-# the interpreter instead.
-MAX_OPS = 1024
+# What one compiled launch may hold, weighed as its build grows: each op is
+# straight-line code whose size follows its operands (an 8-source reduce is
+# nine slices' loads and stores) and its flags. nvcc -arch=sm_90 (2 cores,
+# 2026-12-04) by weight: 128 (64 copies, or 8 reductions of 8 sources)
+# 0.6-0.9 s, 512 (a ring of 120 ops) 2.3 s, 1024 (240 ops) 8.9 s, 2048 (480
+# ops) 23 s, 2304 (256 reductions of 8 sources) 61 s, 3152 (a ring
+# reduce-scatter of 736 ops) 73-113 s; NVRTC on the H200 machine took the
+# same order. Under the old bound of 1024 ops a tune trial spent minutes
+# in one build, past its study's timeout, was killed and retried on every
+# resume. 1024 keeps a build near 10 s; the defaults weigh at most 128 at
+# 8 ranks, and a ring over many slices, whose per-op cost the interpreter
+# amortises, runs interpreted.
+MAX_BUILD_WEIGHT = 1024
+
+
+def build_weight(lowered: Lowered) -> int:
+    """Slices moved plus flags waited on or bumped, over a launch's ops:
+    what its generated code, and so its build time, grows with."""
+    ops = lowered.ops
+    if not len(ops):
+        return 0
+    moving = ops["op"] != OP_NONE
+    return int((ops["nsrc"] + ops["ndst"])[moving].sum() + (ops["nwait"] + ops["nnotify"]).sum())
 # Where snac.cu's primitives end and its interpreter kernel begins.
 _KERNEL_MARK = "// ---------------------------------------------------------------------- kernel"
 _KIND = {OP_NONE: "OP_NONE", OP_COPY: "OP_COPY", OP_REDUCE: "OP_REDUCE"}
@@ -250,8 +269,12 @@ def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout
     """The CUDA C++ of one launch: ``lowered`` must carry flag ids
     (``lower(..., flag_address=flag_id)``) where the interpreter has addresses,
     and ``layout`` says where its slice bases lie."""
-    if len(lowered.ops) > MAX_OPS:
-        raise PlanError(f"the compiled datapath takes at most {MAX_OPS} ops a launch, this program has {len(lowered.ops)}: use kernel=interpreted (or larger slices)")
+    weight = build_weight(lowered)
+    if weight > MAX_BUILD_WEIGHT:
+        raise CapacityError(
+            f"this program is too large for one compiled launch ({len(lowered.ops)} ops moving or waiting on {weight} slices and flags,"
+            f" at most {MAX_BUILD_WEIGHT}: its build would take minutes): use kernel=interpreted (or larger slices)"
+        )
     # No __restrict__ on the bases: in place, an output base points into its input.
     params = [f"char* b{i}" for i in range(3 * ranks)] + [f"u64* f{r}" for r in range(ranks)]
     ops = lowered.ops
