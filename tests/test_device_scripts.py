@@ -104,3 +104,37 @@ def test_the_gather_gap_steps_add_one_difference_each():
     assert "int per_block" not in texts[0] and "b23" not in texts[0] and "b23" in texts[1]
     assert "switch" not in texts[1] and "switch (blockIdx.x)" in texts[2] and "ld.global.cg" not in texts[2]
     assert "ld.global.cg" in texts[3] and texts[3].count("ld_cg(a") == 8
+
+
+def test_the_build_time_programs_straddle_the_bound():
+    """scripts/build_time.py's programs are the bound's evidence: some taken,
+    some refused, each generated past the bound when asked."""
+    from build_time import PROGRAMS
+
+    from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
+    from purlin_bench.backends.cupy.lower import flag_id, lower
+    from purlin_bench.errors import CapacityError
+    from purlin_bench.spec import instantiate
+
+    taken = []
+    for name, strategy, count, params, unroll in PROGRAMS:
+        inst = instantiate(load_builtin(name), 8, count, 4)
+        program = plan(inst, strategy, "float32", "sum" if inst.op == "reduce" else None, params, False)
+        fits = build_weight(lower(program, list(range(8)), True, "sm", flag_id)) <= MAX_BUILD_WEIGHT
+        assert "purlin_compiled" in CupyBackend(8).source(program, bounded=False, kernel="compiled", unroll=unroll)
+        if not fits:
+            with pytest.raises(CapacityError):
+                CupyBackend(8).source(program, kernel="compiled", unroll=unroll)
+        taken.append(fits)
+    assert any(taken) and not all(taken)
+
+
+@pytest.mark.nvcc
+def test_the_build_time_script_runs(tmp_path):
+    import subprocess
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "build_time.py"
+    done = subprocess.run([sys.executable, str(script), "--max-weight", "128", "--jobs", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.endswith(tuple("0123456789")) and " yes " in line]
+    assert len(rows) == 4, done.stdout
