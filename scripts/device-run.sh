@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core torch-tests procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor gather-gap big-rows fanout occupancy torch-gaps procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core torch-tests procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor gather-gap big-rows fanout occupancy params torch-gaps procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh jsonschema jsonschema-specifications
 # referencing rpds-py attrs hypothesis sortedcontainers ml_dtypes pytest-timeout
@@ -237,6 +237,9 @@ step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the 
 }
 step_occupancy() {  # issue 16: copy-only builds bound to 1024 threads an SM against 512 (twice the blocks a group), the default's copies at 1-256 MiB beside torch
   timeout ${OCCUPANCY_LIMIT:-240} python3 scripts/kernel_ab.py --set occupancy --variant now --variant now-copy-1024 --baseline torch --reps 7 --json "$OUT/occupancy.json" 2>&1 | tee "$OUT/occupancy.log"
+}
+step_params() {  # issue 16: the compiled kernel taking only the bases its code names (KernelSettings.prune_params) against all of them, every collective at 16 B-64 KiB, beside torch
+  timeout ${PARAMS_LIMIT:-200} python3 scripts/kernel_ab.py --set params --variant now --variant now-pruned --baseline torch --reps 9 --json "$OUT/params.json" 2>&1 | tee "$OUT/params.log"
 }
 step_torch-gaps() {  # issue 16: where the compiled kernel loses to torch (gather, scatter, the smallest all-to-all), variants beside torch, and empty kernels of the gather's launch shape
   timeout ${TORCH_GAPS_LIMIT:-180} python3 scripts/datapath_survey.py --set torch-gaps --baseline torch --launch-floor --iters 20 --reps 5 --json "$OUT/torch-gaps.json" 2>&1 | tee "$OUT/torch-gaps.log"

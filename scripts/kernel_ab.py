@@ -49,6 +49,8 @@ VARIANTS = {
     # Copy-only builds bound to fit 1024 threads an SM, not 512: twice the
     # blocks a group where 8 groups share the GPU (16 -> 32 on an H200).
     "now-copy-1024": KernelSettings(copy_sm_threads=1024),
+    # The compiled kernel with only the bases its code names as parameters.
+    "now-pruned": KernelSettings(prune_params=True),
 }
 
 

@@ -262,3 +262,45 @@ def test_the_build_bound_weighs_operands_not_only_ops():
     assert len(low.ops) == 256  # within the old bound of ops alone
     with pytest.raises(CapacityError, match="too large for one compiled launch"):
         generate(low, 8, 1, source_text(), BaseLayout.of(program, 4))
+
+
+def _signature_and_body(source: str) -> tuple[str, str]:
+    head, body = source.split(") {\n  const int B", 1)
+    return head.rsplit("purlin_compiled(", 1)[1], body
+
+
+@pytest.mark.parametrize(("collective", "strategy", "ranks", "dtype"), sample())
+def test_pruned_parameters_are_exactly_the_bases_the_code_names(collective, strategy, ranks, dtype):
+    from purlin_bench.backends.cupy.compiled import params_of
+    from purlin_bench.backends.cupy.executor import KernelSettings
+
+    program = program_of(collective, strategy, ranks, dtype)
+    full = CupyBackend(ranks).source(program, kernel="compiled")
+    pruned = CupyBackend(ranks, settings=KernelSettings(prune_params=True)).source(program, kernel="compiled")
+    assert params_of(full) == tuple(f"b{i}" for i in range(3 * ranks)) + tuple(f"f{r}" for r in range(ranks))
+    (_, full_body), (_, pruned_body) = _signature_and_body(full), _signature_and_body(pruned)
+    assert pruned_body == full_body  # the same code, only the signature shorter
+    named = set(re.findall(r"\b([bf]\d+)\b", pruned_body))
+    kept = params_of(pruned)
+    assert set(kept) == named and len(kept) == len(named)
+    assert list(kept) == [n for n in params_of(full) if n in named]  # the launch's order: b's by index, then f's
+
+
+def test_a_pruned_gather_takes_its_nine_bases():
+    from purlin_bench.backends.cupy.compiled import params_of
+    from purlin_bench.backends.cupy.executor import KernelSettings
+
+    program = program_of("gather", "push", 8, "float32", count=8)
+    kept = params_of(CupyBackend(8, settings=KernelSettings(prune_params=True)).source(program, kernel="compiled", threads=128, unroll=4))
+    assert len(kept) == 9 and all(n.startswith("b") for n in kept)  # 8 inputs and the root's output, no flags
+
+
+@pytest.mark.nvcc
+@pytest.mark.timeout(600)
+def test_nvcc_builds_the_pruned_sample(tmp_path):
+    from purlin_bench.backends.cupy.executor import KernelSettings
+
+    for collective, strategy, ranks, dtype in sample()[::3]:
+        program = program_of(collective, strategy, ranks, dtype)
+        source = CupyBackend(ranks, settings=KernelSettings(prune_params=True)).source(program, kernel="compiled")
+        _nvcc_builds_without_spills(source, f"pruned {collective}/{strategy} R={ranks} {dtype}", "sm_90", tmp_path)

@@ -23,6 +23,7 @@ options and the toolkit, so a program compiles once per machine.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -265,26 +266,22 @@ def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: Base
     return lines
 
 
-def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout: BaseLayout, max_weight: int | None = MAX_BUILD_WEIGHT) -> str:
+def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout: BaseLayout, max_weight: int | None = MAX_BUILD_WEIGHT, prune: bool = False) -> str:
     """The CUDA C++ of one launch: ``lowered`` must carry flag ids
     (``lower(..., flag_address=flag_id)``) where the interpreter has addresses,
     and ``layout`` says where its slice bases lie. ``max_weight`` None
-    generates past the build bound (scripts/build_time.py times those builds)."""
+    generates past the build bound (scripts/build_time.py times those builds).
+    ``prune`` leaves out the slice and flag bases the code never names
+    (``params_of`` reads which stay)."""
     weight = build_weight(lowered)
     if max_weight is not None and weight > max_weight:
         raise CapacityError(
             f"this program is too large for one compiled launch ({len(lowered.ops)} ops moving or waiting on {weight} slices and flags,"
             f" at most {max_weight}: its build would take minutes): use kernel=interpreted (or larger slices)"
         )
-    # No __restrict__ on the bases: in place, an output base points into its input.
-    params = [f"char* b{i}" for i in range(3 * ranks)] + [f"u64* f{r}" for r in range(ranks)]
     ops = lowered.ops
     flagged = bool(len(ops)) and bool((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any())
-    out = [primitives(snac_source), _PROLOGUE, f"// {len(lowered.groups)} groups, {len(ops)} ops, {blocks} blocks a group"]
-    out.append(f'extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOCKS) {KERNEL}(')
-    out.append("    " + ", ".join(params) + ",")
-    out.append("    u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns) {")
-    out.append(f"  const int B = {blocks};")
+    out = [f"  const int B = {blocks};"]
     if len(ops) and (ops["nwait"] > 0).any():
         out.append("  __shared__ int s_abort[2];")
     out.append("  const int bi = blockIdx.x % B;")
@@ -307,7 +304,28 @@ def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout
     if flagged:
         out.append("  if (threadIdx.x == 0) epochs[blockIdx.x] = epoch;")
     out.append("}")
-    return "\n".join(out) + "\n"
+    names = [f"b{i}" for i in range(3 * ranks)] + [f"f{r}" for r in range(ranks)]
+    if prune:
+        used = set(_PARAM_NAME.findall("\n".join(out)))
+        names = [n for n in names if n in used]
+    # No __restrict__ on the bases: in place, an output base points into its input.
+    params = [f"{'char' if n[0] == 'b' else 'u64'}* {n}" for n in names]
+    head = [primitives(snac_source), _PROLOGUE, f"// {len(lowered.groups)} groups, {len(ops)} ops, {blocks} blocks a group"]
+    head.append(f'extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOCKS) {KERNEL}(')
+    if params:
+        head.append("    " + ", ".join(params) + ",")
+    head.append("    u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns) {")
+    return "\n".join(head + out) + "\n"
+
+
+_PARAM_NAME = re.compile(r"\b([bf]\d+)\b")
+
+
+def params_of(source: str) -> tuple[str, ...]:
+    """The slice and flag bases (``b3``, ``f0``) ``generate``'s kernel takes,
+    in order, before its four fixed parameters."""
+    signature = source.split(f"{KERNEL}(", 1)[1].split(")", 1)[0]
+    return tuple(p.split("*")[-1].strip() for p in signature.split(",")[:-4])
 
 
 def compiled_kernel(source: str, options: tuple[str, ...], device: int):

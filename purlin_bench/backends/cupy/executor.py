@@ -64,6 +64,10 @@ class KernelSettings:
     # at 16 blocks a group. The copy-only builds need 40-64 registers at 1024
     # (nvcc, sm_90): an experiment of the fan-outs' and copies' bandwidth.
     copy_sm_threads: int | None = None
+    # The compiled kernel takes only the bases its code names (a gather: 9
+    # of 32): gather_gap's bare kernel ran 0.06-0.07 us slower with purlin's
+    # 36 parameters than with its own 9, in two sessions. An experiment.
+    prune_params: bool = False
 
     def blocks_per_sm(self, threads: int, copy_only: bool) -> int:
         """The launch bounds' minimum blocks an SM of a build."""
@@ -160,7 +164,7 @@ class _Launch:
             self.epochs = cupy.zeros(max(1, self.grid), dtype=cupy.uint64)
             self.status = cupy.zeros(8, dtype=cupy.int64)
             self.compiled = runner.compiled and bool(lowered.group_count)
-            self.kernel = runner.compiled_kernel(self.device, ranks) if self.compiled else runner.kernel(self.device)
+            self.kernel, self.params = runner.compiled_kernel(self.device, ranks) if self.compiled else (runner.kernel(self.device), ())
             self.stream = cupy.cuda.Stream(non_blocking=True)
 
 
@@ -203,10 +207,11 @@ class CupyRunner:
         self._check_coresidency()
         self._held: list[object] = []
         self.bases = [self._base_table(s) for s in range(self.sets)]
-        # The compiled kernels take every slice base and flag base as a
-        # parameter: one tuple per buffer set, built once.
-        flags = tuple(np.uint64(f.data.ptr) for f in self.flags)
-        self._compiled_args = [tuple(np.uint64(p) for p in b["host"]) + flags for b in self.bases]
+        # A compiled kernel takes slice bases (b3) and flag bases (f0) as
+        # parameters: one tuple a launch and buffer set, built once.
+        flags = [np.uint64(f.data.ptr) for f in self.flags]
+        for launch in self.launches:
+            launch.args = [tuple(np.uint64(b["host"][int(n[1:])]) if n[0] == "b" else flags[int(n[1:])] for n in launch.params) for b in self.bases]
         self.ce_streams = {}
         self._main_stream = None
 
@@ -215,17 +220,17 @@ class CupyRunner:
         return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, self.world.sys_scope, self.copy_only, self.settings.defines(self.copy_only, self.threads))
 
     def compiled_kernel(self, device: int, ranks: list[int]):
-        """The compiled datapath's kernel for the launch of ``ranks``: its
-        own lowering carries flag ids, which become parameter offsets."""
+        """The compiled datapath's kernel for the launch of ``ranks`` and the
+        bases it takes (its lowering's flag ids become parameter offsets)."""
         from purlin_bench.backends.cupy.atoms import compile_options, source_text
-        from purlin_bench.backends.cupy.compiled import BaseLayout, compiled_kernel, generate
+        from purlin_bench.backends.cupy.compiled import BaseLayout, compiled_kernel, generate, params_of
 
         low = lower(self.program, ranks, self.world.fused, self.datapath, flag_id)
-        source = generate(low, self.program.ranks, self.blocks, source_text(), BaseLayout.of(self.program, self.itemsize))
+        source = generate(low, self.program.ranks, self.blocks, source_text(), BaseLayout.of(self.program, self.itemsize), prune=self.settings.prune_params)
         options = compile_options(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, self.world.sys_scope, self.copy_only, self.settings.defines(self.copy_only, self.threads))
         kernel, seconds = compiled_kernel(source, options, device)
         self.build_s += seconds
-        return kernel
+        return kernel, params_of(source)
 
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
         # Sized so that the launch with the most groups fits (with ranks in
@@ -396,7 +401,7 @@ class CupyRunner:
             if not single:
                 target.wait_event(start)
             if launch.compiled:
-                args = (*self._compiled_args[slot], launch.epochs, launch.status, self.abort, np.uint64(self.timeout_ns))
+                args = (*launch.args[slot], launch.epochs, launch.status, self.abort, np.uint64(self.timeout_ns))
             else:
                 args = (
                     launch.ops, launch.groups, table[launch.device], launch.epochs, launch.status, self.abort,
