@@ -41,6 +41,7 @@ PROGRAMS = (
     ("all-reduce", "ring", 262144, {"slice_bytes": 32768}, 2),
     ("reduce-scatter", "two-shot", 1024, {"channels": 4}, 4),
     ("reduce-scatter", "ring", 1024, {}, 2),
+    ("reduce-scatter", "ring", 1024, {}, 4),
 )
 
 

@@ -129,17 +129,17 @@ SETS = {
         for c, st in (("all-reduce", "two-shot"), ("all-gather", "push:unroll=4"), ("reduce-scatter", "direct"), ("all-to-all", "push:channels=8,unroll=4"))
         for x in ("", ",datapath=ce" if ":" in st else ":datapath=ce")
     ],
-    # Latency of the defaults alone, for kernel variants (run with --no-short-reduce, --no-shared-bases, or kernel_ab.py).
     # The compiled defaults at small sizes, every collective (kernel_ab.py's
     # now vs now-pruned: the kernel taking only the bases its code names).
     "params": [
         f"{c}:{d}:16,256,4K,64K:{st}:{x}kernel=compiled,threads=128"
         for c, st, x in (
             ("all-reduce", "two-shot", ""), ("reduce-scatter", "direct", ""), ("reduce", "two-shot", ""), ("all-gather", "push", "unroll=4,"),
-            ("all-to-all", "push", "unroll=4,"), ("broadcast", "two-shot", "unroll=4,"), ("gather", "push", "unroll=4,"), ("scatter", "direct", "unroll=4,"),
+            ("all-to-all", "push", "channels=8,unroll=4,"), ("broadcast", "two-shot", "unroll=4,"), ("gather", "push", "unroll=4,"), ("scatter", "direct", "unroll=4,"),
         )
         for d in ("float32", "bfloat16")
     ],
+    # Latency of the defaults alone, for kernel variants (run with --no-short-reduce, --no-shared-bases, or kernel_ab.py).
     "latency-defaults": [
         f"{c}:{d}:16,1K,4K,64K,1M:{st}"
         for c, st in (("all-reduce", "two-shot"), ("reduce-scatter", "direct"), ("reduce", "two-shot"), ("all-gather", "push:unroll=4"), ("all-to-all", "push:channels=8,unroll=4"))

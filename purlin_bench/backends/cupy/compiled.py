@@ -36,16 +36,16 @@ from purlin_bench.program.model import Program, Ref
 KERNEL = "purlin_compiled"
 # What one compiled launch may hold, weighed as its build grows: each op is
 # straight-line code whose size follows its operands (an 8-source reduce is
-# nine slices' loads and stores) and its flags. nvcc -arch=sm_90 (2 cores,
-# 2026-12-04) by weight: 128 (64 copies, or 8 reductions of 8 sources)
-# 0.6-0.9 s, 512 (a ring of 120 ops) 2.3 s, 1024 (240 ops) 8.9 s, 2048 (480
-# ops) 23 s, 2304 (256 reductions of 8 sources) 61 s, 3152 (a ring
-# reduce-scatter of 736 ops) 73-113 s; NVRTC on the H200 machine took the
-# same order. Under the old bound of 1024 ops a tune trial spent minutes
-# in one build, past its study's timeout, was killed and retried on every
-# resume. 1024 keeps a build near 10 s; the defaults weigh at most 128 at
-# 8 ranks, and a ring over many slices, whose per-op cost the interpreter
-# amortises, runs interpreted.
+# nine slices' loads and stores) and its flags. nvcc -arch=sm_90 by weight
+# (scripts/build_time.py, docs/perf/issue16/build-time.log, 2 cores): 72-128
+# (8 reductions, or 64 copies) 0.45-0.77 s, 512 (a ring of 120 ops) 2.9 s,
+# 1024 (240 ops) 9.4 s, 2048 (480 ops) 25 s, 2304 (256 reductions of 8
+# sources) 65 s, 3152 (a ring reduce-scatter of 736 ops) 97-124 s; NVRTC on
+# the H200 machine took the same order. Under the old bound of 1024 ops a
+# tune trial spent minutes in one build, past its study's timeout, was
+# killed and retried on every resume. 1024 keeps a build near 10 s; the
+# defaults weigh at most 128 at 8 ranks, and a ring over many slices, whose
+# per-op cost the interpreter amortises, runs interpreted.
 MAX_BUILD_WEIGHT = 1024
 
 
