@@ -57,6 +57,8 @@ def build_weight(lowered: Lowered) -> int:
         return 0
     moving = ops["op"] != OP_NONE
     return int((ops["nsrc"] + ops["ndst"])[moving].sum() + (ops["nwait"] + ops["nnotify"]).sum())
+
+
 # Where snac.cu's primitives end and its interpreter kernel begins.
 _KERNEL_MARK = "// ---------------------------------------------------------------------- kernel"
 _KIND = {OP_NONE: "OP_NONE", OP_COPY: "OP_COPY", OP_REDUCE: "OP_REDUCE"}
