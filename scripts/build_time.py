@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from purlin_bench.backends.cupy import CupyBackend  # noqa: E402
-from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight  # noqa: E402
+from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight, options_of  # noqa: E402
 from purlin_bench.backends.cupy.lower import flag_id, lower  # noqa: E402
 from purlin_bench.planner import plan  # noqa: E402
 from purlin_bench.spec import instantiate, load_builtin  # noqa: E402
@@ -48,7 +48,7 @@ PROGRAMS = (
 def build_seconds(nvcc: str, arch: str, source: str, where: Path) -> float:
     path = where / "compiled.cu"
     path.write_text(source)
-    options = source.splitlines()[0].removeprefix("// nvrtc ").split()
+    options = options_of(source)
     start = time.perf_counter()
     done = subprocess.run([nvcc, f"-arch={arch}", "-cubin", *options, "-o", str(where / "compiled.cubin"), "-x", "cu", str(path)], capture_output=True, text=True)
     if done.returncode:

@@ -24,6 +24,7 @@ import sys
 import numpy as np
 
 from purlin_bench.backends.cupy import CupyBackend
+from purlin_bench.backends.cupy.compiled import options_of
 from purlin_bench.backends.cupy.timing import Candidate
 from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.bench.run import instances
@@ -173,7 +174,7 @@ def main() -> int:
     if f"const int B = {prepared.runner.blocks};" not in text:
         print(f"gather_gap: the generated source is not for the runner's {prepared.runner.blocks} blocks a group", file=sys.stderr)
         return 1
-    options = tuple(text.splitlines()[0].removeprefix("// nvrtc ").split())
+    options = options_of(text)
     bare, outs, (expect, _held) = bare_candidates(args.bytes, sets, (options, text, RANKS * prepared.runner.blocks))
     cands.update(bare)
     # The runner's own launch, on a non-blocking stream like the bare kernels'

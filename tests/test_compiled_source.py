@@ -11,7 +11,7 @@ import pytest
 
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.atoms import DTYPE_CODES
-from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, BaseLayout, build_weight, generate
+from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, BaseLayout, build_weight, generate, options_of
 from purlin_bench.backends.cupy.lower import flag_id, lower
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import CapacityError, PlanError
@@ -82,7 +82,7 @@ def test_a_program_past_the_op_bound_is_refused_with_the_way_out():
 
 
 def _nvcc_builds_without_spills(source: str, where: str, arch: str, tmp_path) -> None:
-    options = source.splitlines()[0].removeprefix("// nvrtc ").split()
+    options = list(options_of(source))
     path = tmp_path / "compiled.cu"
     path.write_text(source)
     assert_builds_without_spills(path, options, arch, where, tmp_path / "compiled.o")

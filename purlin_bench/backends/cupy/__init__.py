@@ -227,7 +227,7 @@ class CupyBackend(Backend):
         device to cap it by), and the build options it compiles with;
         ``bounded=False`` past the build bound too (to time such builds)."""
         from purlin_bench.backends.cupy.atoms import compile_options, source_text
-        from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, BaseLayout, generate
+        from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, BaseLayout, generate, with_options
         from purlin_bench.backends.cupy.executor import copies_only, data_blocks, group_blocks, sizing_lowerings, useful_blocks
 
         checked = check_params(type(self), params)
@@ -237,7 +237,7 @@ class CupyBackend(Backend):
         blocks = group_blocks(checked["blocks"], auto, useful_blocks([low], itemsize, checked["threads"]), self.settings.cap_blocks)
         copy_only = self.settings.copy_only_build and copies_only([low])
         options = compile_options(program.dtype, program.redop or "sum", checked["unroll"], checked["threads"], False, copy_only, self.settings.defines(copy_only, checked["threads"]))
-        return f"// nvrtc {' '.join(options)}\n" + generate(low, program.ranks, blocks, source_text(), BaseLayout.of(program, itemsize), MAX_BUILD_WEIGHT if bounded else None, self.settings.prune_params)
+        return with_options(options, generate(low, program.ranks, blocks, source_text(), BaseLayout.of(program, itemsize), MAX_BUILD_WEIGHT if bounded else None, self.settings.prune_params))
 
     def reference(self, runner: CupyRunner, inst: Instance, inputs: Sequence[np.ndarray]):
         from purlin_bench.backends.cupy.check import DeviceReference

@@ -321,6 +321,18 @@ def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout
 
 
 _PARAM_NAME = re.compile(r"\b([bf]\d+)\b")
+_OPTIONS_LINE = "// nvrtc "
+
+
+def with_options(options: Sequence[str], source: str) -> str:
+    """``source`` headed by the build options it compiles with, as
+    ``purlin show --source`` prints it (``options_of`` reads them back)."""
+    return f"{_OPTIONS_LINE}{' '.join(options)}\n{source}"
+
+
+def options_of(text: str) -> tuple[str, ...]:
+    """The build options of a source ``with_options`` wrote."""
+    return tuple(text.splitlines()[0].removeprefix(_OPTIONS_LINE).split())
 
 
 def params_of(source: str) -> tuple[str, ...]:
