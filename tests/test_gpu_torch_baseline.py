@@ -6,20 +6,16 @@ skipped where torch is missing."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.inputs import exact_inputs
-from purlin_bench.spec import instantiate, load_all_builtin
-from purlin_bench.spec.loader import load_spec_file
+from purlin_bench.spec import instantiate
+from tests.test_torch_baseline_plan import SPECS  # the built-ins and the ring-shift example
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
-
-SPECS = [*load_all_builtin(), load_spec_file(Path(__file__).resolve().parents[1] / "examples" / "ring-shift.yaml")]
 
 
 @pytest.mark.timeout(120)
