@@ -13,6 +13,10 @@ set -uo pipefail
 OUT=${OUT:-device-logs}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+# Step pack brings back only the plans this call wrote: an archive of all of results/
+# put the working tree's older copies over plans an earlier call wrote and had not been
+# committed yet (2026-12-04, call 2 undid call 1's all-to-all plan).
+CALL_STARTED=$(mktemp)
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -257,7 +261,8 @@ step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench 
 }
 step_pack() {  # at most 8 files come back: one archive of everything (PACK_TO: write it there, keep $OUT)
   local to=${PACK_TO:-$OUT}
-  tar czf "$to/results.tgz.part" results "$OUT" /tmp/exhaustive /tmp/tpe* 2>/dev/null; mv "$to/results.tgz.part" "$to/results.tgz"
+  local written; written=$(find results -type f -newer "$CALL_STARTED" 2>/dev/null)
+  tar czf "$to/results.tgz.part" $written "$OUT" /tmp/exhaustive /tmp/tpe* 2>/dev/null; mv "$to/results.tgz.part" "$to/results.tgz"
   local cache=${CUPY_CACHE_DIR:-$HOME/.cupy/kernel_cache}
   if [ -d "$cache" ]; then  # only what comes back: a file of at most 16 MiB
     tar czf "$to/kcache.tgz" -C "$cache" . 2>/dev/null
