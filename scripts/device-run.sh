@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core torch-tests procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor gather-gap big-rows fanout occupancy params torch-gaps procs-short multi-gpu pack
+#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core torch-tests procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor gather-gap big-rows fanout fanout-shapes occupancy params torch-gaps procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh jsonschema jsonschema-specifications
 # referencing rpds-py attrs hypothesis sortedcontainers ml_dtypes pytest-timeout
@@ -238,6 +238,9 @@ step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the 
   timeout 60 python3 scripts/fanout_probe.py 2>&1 | tee "$OUT/fanout-probe.log"
   # the store hints (.cs, .L1::no_allocate) were measured on 2026-12-03: +0.5-0.7%; now the copies' software pipeline
   timeout ${FANOUT_AB_LIMIT:-200} python3 scripts/kernel_ab.py ${FANOUT_SETS:---set fanout-blocks} ${FANOUT_VARIANTS:---variant now --variant now-pipelined} --reps 7 --json "$OUT/fanout-ab.json" 2>&1 | tee "$OUT/fanout-ab.log"
+}
+step_fanout-shapes() {  # issue 16: bare 1-to-8 broadcast kernels of several shapes beside cudaMemcpyAsync at 256 MiB (which shape reaches the floor)
+  timeout ${FANOUT_SHAPES_LIMIT:-90} python3 scripts/fanout_shapes.py --mib ${FANOUT_SHAPES_MIB:-256} 2>&1 | tee "$OUT/fanout-shapes.log"
 }
 step_occupancy() {  # issue 16: copy-only builds bound to 1024 threads an SM against 512 (twice the blocks a group), the default's copies at 1-256 MiB beside torch
   timeout ${OCCUPANCY_LIMIT:-240} python3 scripts/kernel_ab.py --set occupancy --variant now --variant now-copy-1024 --baseline torch --reps 7 --json "$OUT/occupancy.json" 2>&1 | tee "$OUT/occupancy.log"
