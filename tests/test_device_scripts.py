@@ -138,3 +138,18 @@ def test_the_build_time_script_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.endswith(tuple("0123456789")) and " yes " in line]
     assert len(rows) == 4, done.stdout
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("k", (1, 2, 4, 8))
+@pytest.mark.parametrize("u", (2, 4, 8))  # the choices of its --unroll
+def test_the_fanout_shapes_kernels_build_without_spills(tmp_path, k, u):
+    """scripts/fanout_shapes.py times its kernels against a memcpy: a spill
+    at some K or U would be timed as the shape's cost."""
+    from fanout_shapes import KERNELS
+
+    from tests.nvcc_build import assert_builds_without_spills
+
+    source = tmp_path / "fanout_shapes.cu"
+    source.write_text(KERNELS)
+    assert_builds_without_spills(source, ["-std=c++17", f"-DFAN_K={k}", f"-DFAN_U={u}"], "sm_90", f"K={k} U={u}", tmp_path / "fanout.o")
