@@ -358,6 +358,57 @@ def test_the_run_opens_with_every_ranks_collective_setup_in_one_command(tmp_path
     server.close()
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("refusing", [(0,), (1,), (0, 1)], ids=["rank0", "rank1", "both"])
+def test_a_build_bound_refusal_on_any_rank_reaches_rank_0_as_itself(tmp_path, monkeypatch, refusing):
+    """check reports a program past the compiled kernel's build bound as n/a
+    (a CapacityError): with ranks in processes the refusal must arrive as
+    one too, from whichever rank refused, not as the ExecutionError of a
+    failed run; the runners the other ranks made are closed, and the run
+    goes on."""
+    from purlin_bench.backends import procs as procs_mod
+    from purlin_bench.backends.numpy import NumpyBackend
+    from purlin_bench.errors import CapacityError
+
+    real_prepare, closed = NumpyBackend.prepare, []
+
+    class Made:  # a runner made without the ranks' shared setup, so no rank waits on the refusing one
+        def __init__(self, rank):
+            self.rank = rank
+
+        def close(self):
+            closed.append(self.rank)
+
+    def prepare(self, program, sets=1, **params):
+        if program.strategy != "ring":
+            return real_prepare(self, program, sets, **params)
+        if self.procs.rank in refusing:
+            raise CapacityError("past the build bound: use kernel=interpreted")
+        return Made(self.procs.rank)
+
+    monkeypatch.setattr(NumpyBackend, "prepare", prepare)
+    monkeypatch.setattr(procs_mod, "_sequence", [0])
+    monkeypatch.setattr(procs_mod, "_drivers", {})
+    server, procs = _two_ranks(tmp_path, 10)
+    codes = []
+    worker = threading.Thread(target=lambda: codes.append(procs_mod.serve(procs[1])))
+    worker.start()
+    try:
+        driver = procs_mod.drive(NumpyBackend, procs[0])
+        with pytest.raises(CapacityError, match=f"^rank {refusing[0]}: past the build bound"):
+            driver.prepare(_program("all-reduce", "ring")[1])
+        assert sorted(closed) == [r for r in (0, 1) if r not in refusing]
+        runner = driver.prepare(_program("all-reduce", "direct")[1])
+        runner.run()
+        runner.close()
+        assert driver.lost is None
+    finally:
+        procs_mod._send(procs[0], ("exit",))
+        worker.join(10)
+        server.close()
+    assert codes == [0]
+
+
 class _DeviceExchangingWorld:
     """The CUDA IPC world's collective part, without CuPy: every rank's
     device goes to every other over the group when it is made."""

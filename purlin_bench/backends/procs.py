@@ -36,7 +36,7 @@ from purlin_bench.dist import Group, RankEnv, connect
 from purlin_bench.dist.group import abort_key
 from purlin_bench.dist.errors import Cancelled, DistError
 from purlin_bench.dist.shm import remove_run_dir, run_dir
-from purlin_bench.errors import ExecutionError, PurlinError
+from purlin_bench.errors import ExecutionError, PlanError, PurlinError
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
@@ -157,10 +157,12 @@ def _answers(procs: Procs, what: str) -> list[Any]:
     # Every worker has read the command (it answered): it can go.
     procs.group.store.delete(f"cmd/{_sequence[0]}")
     procs.group.store.delete(f"{procs.group.run}/fail/{_sequence[0]}")
-    errors = [(r, a[1]) for r, a in enumerate(out) if r and a[0] == "error"]
+    # A refusal of the program (a PlanError: the compiled kernel's build
+    # bound) keeps its class, so that check reports it n/a as on one process.
+    errors = sorted(((a[2] is None, r, a[1], a[2]) for r, a in enumerate(out) if r and a[0] == "error"), key=lambda e: e[:2])
     if errors:
-        rank, message = errors[0]
-        raise ExecutionError(f"rank {rank}: {message}")
+        _, rank, message, kind = errors[0]
+        raise (kind or ExecutionError)(f"rank {rank}: {message}")
     return [a[1] if a else None for a in out]
 
 
@@ -242,10 +244,10 @@ class Driver(Backend):
             _answers(self.procs, what)
         except DistError as exc:
             raise type(exc)(f"{exc}; rank 0 meanwhile: {failure}") from None
-        except ExecutionError:
+        except PurlinError:
             if isinstance(failure, Cancelled):
                 raise  # rank 0 only stopped because of this rank's failure: say that one
-        raise ExecutionError(f"rank 0: {failure}") from None
+        raise (type(failure) if isinstance(failure, PlanError) else ExecutionError)(f"rank 0: {failure}") from None
 
     def describe(self) -> str:
         return f"{self.part.describe()}; {self.procs.describe()}"
@@ -285,10 +287,12 @@ class Driver(Backend):
 
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> "DriverRunner":
         _runner_ids[0] += 1
-        rid = _runner_ids[0]
+        rid, made = _runner_ids[0], []
         try:
-            local = self._command(("prepare", rid, program, sets, params), "prepare", lambda: self.part.prepare(program, sets, **params))[0]
-        except ExecutionError:
+            local = self._command(("prepare", rid, program, sets, params), "prepare", lambda: made.append(self.part.prepare(program, sets, **params)) or made[0])[0]
+        except (ExecutionError, PlanError):  # PlanError: a rank's refusal (the compiled build bound)
+            for runner in made:  # this rank's, where another rank refused
+                runner.close()
             if not self.lost:  # the ranks that did prepare it let it go
                 self._command(("close", rid), "close")
             raise
@@ -446,7 +450,7 @@ def serve(procs: Procs) -> int:
         except DistError:
             raise  # the run is lost: this rank says why and exits
         except PurlinError as exc:
-            reply = ("error", str(exc))
+            reply = ("error", str(exc), type(exc) if isinstance(exc, PlanError) else None)
             if not isinstance(exc, Cancelled):
                 procs.group.cancel(f"rank {procs.rank}: {exc}")
         procs.group.store.set(f"ans/{n}/{procs.rank}", pickle.dumps(reply))
