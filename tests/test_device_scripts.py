@@ -153,3 +153,18 @@ def test_the_fanout_shapes_kernels_build_without_spills(tmp_path, k, u):
     source = tmp_path / "fanout_shapes.cu"
     source.write_text(KERNELS)
     assert_builds_without_spills(source, ["-std=c++17", f"-DFAN_K={k}", f"-DFAN_U={u}"], "sm_90", f"K={k} U={u}", tmp_path / "fanout.o")
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("fan_d", (1, 8))
+def test_the_fanout_shapes_bulk_copy_kernels_build(tmp_path, fan_d):
+    from fanout_shapes import TMA_KERNELS, TMA_SHAPES
+
+    from tests.nvcc_build import assert_builds_without_spills
+
+    source = tmp_path / "fanout_tma.cu"
+    source.write_text(TMA_KERNELS)
+    for tile, stages, per_sm in TMA_SHAPES:
+        assert tile * stages * per_sm <= 227 << 10  # an H100's or H200's shared memory an SM
+        assert (1 << 20) % tile == 0  # whole tiles only: every --mib is a whole number of them
+        assert_builds_without_spills(source, ["-std=c++17", f"-DTILE={tile}", f"-DSTAGES={stages}", f"-DFAN_D={fan_d}"], "sm_90", f"tile {tile} x {stages}", tmp_path / "tma.o")
