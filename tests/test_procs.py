@@ -359,20 +359,30 @@ def test_the_run_opens_with_every_ranks_collective_setup_in_one_command(tmp_path
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("refusing", [(0,), (1,), (0, 1)], ids=["rank0", "rank1", "both"])
-def test_a_build_bound_refusal_on_any_rank_reaches_rank_0_as_itself(tmp_path, monkeypatch, refusing):
+@pytest.mark.parametrize(
+    "failing, raised, said_by",
+    [
+        ({0: "refuse"}, "CapacityError", 0),
+        ({1: "refuse"}, "CapacityError", 1),
+        ({0: "refuse", 1: "refuse"}, "CapacityError", 0),
+        ({0: "refuse", 1: "fail"}, "ExecutionError", 1),  # a refusal never hides a failure
+        ({0: "fail", 1: "refuse"}, "ExecutionError", 0),
+    ],
+    ids=["rank0", "rank1", "both", "rank0-refuses-rank1-fails", "rank0-fails-rank1-refuses"],
+)
+def test_a_build_bound_refusal_on_any_rank_reaches_rank_0_as_itself(tmp_path, monkeypatch, failing, raised, said_by):
     """check reports a program past the compiled kernel's build bound as n/a
     (a CapacityError): with ranks in processes the refusal must arrive as
     one too, from whichever rank refused, not as the ExecutionError of a
-    failed run; the runners the other ranks made are closed, and the run
-    goes on."""
+    failed run, unless another rank truly failed; the runners the other
+    ranks made are closed, and the run goes on."""
     from purlin_bench.backends import procs as procs_mod
     from purlin_bench.backends.numpy import NumpyBackend
-    from purlin_bench.errors import CapacityError
+    from purlin_bench.errors import CapacityError, ExecutionError
 
     real_prepare, closed = NumpyBackend.prepare, []
 
-    class Made:  # a runner made without the ranks' shared setup, so no rank waits on the refusing one
+    class Made:  # a runner made without the ranks' shared setup, so no rank waits on the failing one
         def __init__(self, rank):
             self.rank = rank
 
@@ -382,8 +392,11 @@ def test_a_build_bound_refusal_on_any_rank_reaches_rank_0_as_itself(tmp_path, mo
     def prepare(self, program, sets=1, **params):
         if program.strategy != "ring":
             return real_prepare(self, program, sets, **params)
-        if self.procs.rank in refusing:
+        how = failing.get(self.procs.rank)
+        if how == "refuse":
             raise CapacityError("past the build bound: use kernel=interpreted")
+        if how == "fail":
+            raise ExecutionError("the device went away")
         return Made(self.procs.rank)
 
     monkeypatch.setattr(NumpyBackend, "prepare", prepare)
@@ -395,9 +408,10 @@ def test_a_build_bound_refusal_on_any_rank_reaches_rank_0_as_itself(tmp_path, mo
     worker.start()
     try:
         driver = procs_mod.drive(NumpyBackend, procs[0])
-        with pytest.raises(CapacityError, match=f"^rank {refusing[0]}: past the build bound"):
+        with pytest.raises((CapacityError, ExecutionError)) as caught:
             driver.prepare(_program("all-reduce", "ring")[1])
-        assert sorted(closed) == [r for r in (0, 1) if r not in refusing]
+        assert type(caught.value).__name__ == raised and str(caught.value).startswith(f"rank {said_by}: ")
+        assert sorted(closed) == [r for r in (0, 1) if r not in failing]
         runner = driver.prepare(_program("all-reduce", "direct")[1])
         runner.run()
         runner.close()
@@ -407,6 +421,26 @@ def test_a_build_bound_refusal_on_any_rank_reaches_rank_0_as_itself(tmp_path, mo
         worker.join(10)
         server.close()
     assert codes == [0]
+
+
+def test_an_error_crosses_ranks_by_its_class_name():
+    """What a worker's answer carries of an error, and what rank 0 raises
+    for it: a refusal keeps its class (one this process lacks is still a
+    PlanError), a cancellation stays one, anything else is an ExecutionError;
+    a failure is said before a refusal, and both before a cancellation."""
+    import pickle
+
+    from purlin_bench.dist.errors import Cancelled, error_kind, error_of, kind_order
+    from purlin_bench.errors import CapacityError, ExecutionError, PlanError
+    from purlin_bench.program.validate import ProgramInvalid
+
+    for exc in (CapacityError("c"), ProgramInvalid("p"), Cancelled("x"), ExecutionError("e"), WatchdogTimeout("w")):
+        kind = pickle.loads(pickle.dumps(error_kind(exc)))
+        back = error_of(kind, "m")
+        want = type(exc) if isinstance(exc, (CapacityError, Cancelled)) else PlanError if isinstance(exc, PlanError) else ExecutionError
+        assert type(back) is want and str(back) == "m"
+    assert type(error_of("NotAClassHere", "m")) is PlanError and type(error_of("PurlinError", "m")) is PlanError
+    assert kind_order(error_kind(ExecutionError("e"))) < kind_order(error_kind(CapacityError("c"))) < kind_order(error_kind(Cancelled("x")))
 
 
 class _DeviceExchangingWorld:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 from purlin_bench.backends.port import Backend, Runner, TimingPolicy
 from purlin_bench.dist import Group, RankEnv, connect
 from purlin_bench.dist.group import abort_key
-from purlin_bench.dist.errors import Cancelled, DistError
+from purlin_bench.dist.errors import Cancelled, DistError, error_kind, error_of, kind_order
 from purlin_bench.dist.shm import remove_run_dir, run_dir
 from purlin_bench.errors import ExecutionError, PlanError, PurlinError
 from purlin_bench.hardware import Fingerprint
@@ -157,12 +157,11 @@ def _answers(procs: Procs, what: str) -> list[Any]:
     # Every worker has read the command (it answered): it can go.
     procs.group.store.delete(f"cmd/{_sequence[0]}")
     procs.group.store.delete(f"{procs.group.run}/fail/{_sequence[0]}")
-    # A refusal of the program (a PlanError: the compiled kernel's build
-    # bound) keeps its class, so that check reports it n/a as on one process.
-    errors = sorted(((a[2] is None, r, a[1], a[2]) for r, a in enumerate(out) if r and a[0] == "error"), key=lambda e: e[:2])
+    # A failure is said before a refusal of the program, both before a cancellation.
+    errors = sorted(((kind_order(a[2]), r, a[1], a[2]) for r, a in enumerate(out) if r and a[0] == "error"), key=lambda e: e[:2])
     if errors:
         _, rank, message, kind = errors[0]
-        raise (kind or ExecutionError)(f"rank {rank}: {message}")
+        raise error_of(kind, f"rank {rank}: {message}")
     return [a[1] if a else None for a in out]
 
 
@@ -244,10 +243,10 @@ class Driver(Backend):
             _answers(self.procs, what)
         except DistError as exc:
             raise type(exc)(f"{exc}; rank 0 meanwhile: {failure}") from None
-        except PurlinError:
-            if isinstance(failure, Cancelled):
-                raise  # rank 0 only stopped because of this rank's failure: say that one
-        raise (type(failure) if isinstance(failure, PlanError) else ExecutionError)(f"rank 0: {failure}") from None
+        except PurlinError as exc:
+            if isinstance(failure, Cancelled) or (isinstance(failure, PlanError) and not isinstance(exc, (PlanError, Cancelled))):
+                raise  # rank 0 only stopped (or refused) where this rank failed: say that one
+        raise error_of(error_kind(failure) if isinstance(failure, PlanError) else None, f"rank 0: {failure}") from None
 
     def describe(self) -> str:
         return f"{self.part.describe()}; {self.procs.describe()}"
@@ -450,7 +449,7 @@ def serve(procs: Procs) -> int:
         except DistError:
             raise  # the run is lost: this rank says why and exits
         except PurlinError as exc:
-            reply = ("error", str(exc), type(exc) if isinstance(exc, PlanError) else None)
+            reply = ("error", str(exc), error_kind(exc))
             if not isinstance(exc, Cancelled):
                 procs.group.cancel(f"rank {procs.rank}: {exc}")
         procs.group.store.set(f"ans/{n}/{procs.rank}", pickle.dumps(reply))

@@ -3,7 +3,8 @@ step is at fault, so a multi-process failure reads as a cause, not a hang."""
 
 from __future__ import annotations
 
-from purlin_bench.errors import ExecutionError
+from purlin_bench import errors
+from purlin_bench.errors import ExecutionError, PlanError, PurlinError
 
 
 class DistError(ExecutionError):
@@ -36,3 +37,31 @@ __all__ = ["DistError", "PeerFailed", "PeerTimeout", "StoreRefused", "StoreTimeo
 class Cancelled(ExecutionError):
     """Another rank failed the work of this step (Group.scope/cancel): this
     rank stopped waiting for it. Not a lost rank: the run goes on."""
+
+
+# How an error crosses from one rank to another in a pickled answer: by its
+# class's name, so that every answer pickles, and only the classes rank 0
+# must tell apart keep theirs. A refusal of the program (a PlanError, such as
+# the compiled kernel's build bound) is n/a to a check, as on one process; a
+# cancellation says a rank only stopped because another failed.
+FAILED, REFUSED, CANCELLED = 0, 1, 2  # the order in which rank 0 says them
+
+
+def error_kind(exc: PurlinError) -> str | None:
+    """What an answer carries of ``exc``'s class (None: a plain failure)."""
+    return type(exc).__name__ if isinstance(exc, (PlanError, Cancelled)) else None
+
+
+def kind_order(kind: str | None) -> int:
+    return FAILED if kind is None else CANCELLED if kind == "Cancelled" else REFUSED
+
+
+def error_of(kind: str | None, message: str) -> PurlinError:
+    """The error to raise for an answer of ``kind``: a refusal of a class
+    this process does not know is a PlanError still."""
+    if kind is None:
+        return ExecutionError(message)
+    if kind == "Cancelled":
+        return Cancelled(message)
+    cls = getattr(errors, kind, PlanError)
+    return cls(message) if isinstance(cls, type) and issubclass(cls, PlanError) else PlanError(message)
