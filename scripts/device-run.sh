@@ -15,8 +15,10 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 # Step pack brings back only the plans this call wrote: an archive of all of results/
 # put the working tree's older copies over plans an earlier call wrote and had not been
-# committed yet (2026-12-04, call 2 undid call 1's all-to-all plan).
+# committed yet (2026-12-04, call 2 undid call 1's all-to-all plan). "This call" is this
+# invocation: name pack in the same one as the steps whose plans it should bring back.
 CALL_STARTED=$(mktemp)
+trap 'rm -f "$CALL_STARTED"' EXIT
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}

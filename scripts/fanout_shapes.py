@@ -195,8 +195,8 @@ def main() -> int:
     ap.add_argument("--only-tma", action="store_true", help="time only the bulk-copy (TMA) kernels beside the memcpy")
     ap.add_argument("--k", type=int, action="append", choices=(1, 2, 4, 8), help="destinations a block stores to (repeatable; default 8 4 2 1)")
     args = ap.parse_args()
-    if args.mib < 1:
-        ap.error("--mib must be at least 1")
+    if args.mib < 1 or args.reps < 1:
+        ap.error("--mib and --reps must be at least 1")
     import cupy
 
     nbytes = args.mib << 20
