@@ -28,8 +28,9 @@ Each row: median us, and the share of the floor, (1 + 8) * S / copy rate
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
+
+from fanout_probe import timed  # scripts/ is this script's own folder on sys.path
 
 from purlin_bench.roofline import fanout_share
 
@@ -170,22 +171,6 @@ extern "C" __global__ void tma_fan(const char* __restrict__ s, char* d0, char* d
 # 256 MiB source uncopied, and the check said WRONG.
 TMA_SHAPES = ((32 << 10, 6, 1), (64 << 10, 3, 1), (16 << 10, 12, 1), (32 << 10, 3, 2), (16 << 10, 6, 2))
 
-def timed(run, stream, reps: int) -> float:
-    """Median microseconds of ``run()`` on ``stream`` over ``reps`` (after two untimed)."""
-    import cupy
-
-    begin, end = cupy.cuda.Event(), cupy.cuda.Event()
-    samples = []
-    for i in range(reps + 2):
-        begin.record(stream)
-        run()
-        end.record(stream)
-        end.synchronize()
-        if i >= 2:
-            samples.append(cupy.cuda.get_elapsed_time(begin, end) * 1e3)
-    return statistics.median(samples)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=256, help="the source's bytes, in MiB (each destination as many)")
@@ -211,14 +196,21 @@ def main() -> int:
     def module(k: int, u: int):
         return cupy.RawModule(code=KERNELS, options=("-std=c++17", f"-DFAN_K={k}", f"-DFAN_U={u}"))
 
-    def ok() -> bool:
+    def time_us(run) -> float:
+        return timed(run, stream, args.reps) * 1e6
+
+    def checked(label: str, run, moved: int, into=dsts) -> tuple[str, float, int, bool]:
+        """A row of ``run`` timed on zeroed destinations, then ``into`` checked against the source."""
+        for d in dsts:
+            d.fill(0)
+        us = time_us(run)
         want = src.view(cupy.uint8)
-        return all(bool((d == want).all()) for d in dsts)
+        return label, us, moved, all(bool((d == want).all()) for d in into)
 
     rows: list[tuple[str, float, float | None, bool | None]] = []  # name, us, bytes moved, checked
     with stream:
-        copy_us = timed(lambda: rt.memcpyAsync(dsts[0].data.ptr, src.data.ptr, nbytes, rt.memcpyDefault, stream.ptr), stream, args.reps)
-        write_us = timed(lambda: rt.memsetAsync(dsts[0].data.ptr, 0, nbytes, stream.ptr), stream, args.reps)
+        copy_us = time_us(lambda: rt.memcpyAsync(dsts[0].data.ptr, src.data.ptr, nbytes, rt.memcpyDefault, stream.ptr))
+        write_us = time_us(lambda: rt.memsetAsync(dsts[0].data.ptr, 0, nbytes, stream.ptr))
         c, w = 2 * nbytes / copy_us, nbytes / write_us  # bytes a microsecond
         floor_us = (1 + R) * nbytes / c
         rows.append(("cudaMemcpyAsync 1-to-1", copy_us, 2 * nbytes, None))
@@ -228,45 +220,29 @@ def main() -> int:
             for d in dsts:
                 rt.memcpyAsync(d.data.ptr, src.data.ptr, nbytes, rt.memcpyDefault, stream.ptr)
 
-        for d in dsts:
-            d.fill(0)
-        rows.append(("cudaMemcpyAsync x8", timed(memcpy8, stream, args.reps), 16 * nbytes, ok()))
+        rows.append(checked("cudaMemcpyAsync x8", memcpy8, 16 * nbytes))
         for tile, stages, per_sm in TMA_SHAPES:
             grid, smem = sms * per_sm, tile * stages
             for fan_d in (1, R):
                 kt = cupy.RawKernel(TMA_KERNELS, "tma_fan", options=("-std=c++17", f"-DTILE={tile}", f"-DSTAGES={stages}", f"-DFAN_D={fan_d}"))
                 kt.max_dynamic_shared_size_bytes = smem
-                for d in dsts:
-                    d.fill(0)
-                us = timed(lambda: kt((grid,), (32,), (src, *ptrs, cupy.int64(nbytes)), shared_mem=smem), stream, args.reps)
-                label = f"bulk copy (TMA) 1-to-{fan_d} tile={tile >> 10}K stages={stages} grid={per_sm}/SM"
-                if fan_d == R:
-                    rows.append((label, us, (1 + R) * nbytes, ok()))
-                else:
-                    rows.append((label, us, 2 * nbytes, bool((dsts[0] == src.view(cupy.uint8)).all())))
+                rows.append(checked(f"bulk copy (TMA) 1-to-{fan_d} tile={tile >> 10}K stages={stages} grid={per_sm}/SM",
+                                    lambda: kt((grid,), (32,), (src, *ptrs, cupy.int64(nbytes)), shared_mem=smem),
+                                    (1 + fan_d) * nbytes if fan_d == R else 2 * nbytes, dsts[:fan_d]))
         for u in () if args.only_tma else (args.unroll or (2, 4)):
             mod = module(8, u)
             for per_sm in (1, 2, 4):
                 grid = (sms * per_sm // R) * R
-                k1 = mod.get_function("copy1")
-                rows.append((f"copy1 1-to-1 U={u} grid={per_sm}/SM", timed(lambda: k1((grid,), (512,), (src, dsts[0], cupy.int64(n))), stream, args.reps), 2 * nbytes, None))
-                kw = mod.get_function("write8")
-                rows.append((f"write8 U=1 grid={per_sm}/SM", timed(lambda: kw((grid,), (512,), (*ptrs, cupy.int64(n))), stream, args.reps), R * nbytes, None))
-                kg = mod.get_function("fan_grid_stride")
-                for d in dsts:
-                    d.fill(0)
-                rows.append((f"grid-stride K=8 U={u} grid={per_sm}/SM", timed(lambda: kg((grid,), (512,), (src, *ptrs, cupy.int64(n))), stream, args.reps), (1 + R) * nbytes, ok()))
-                kp = mod.get_function("fan_parts")
-                for d in dsts:
-                    d.fill(0)
-                rows.append((f"8 parts K=8 U={u} grid={per_sm}/SM", timed(lambda: kp((grid,), (512,), (src, *ptrs, cupy.int64(n))), stream, args.reps), (1 + R) * nbytes, ok()))
+                k1, kw, kg, kp = (mod.get_function(f) for f in ("copy1", "write8", "fan_grid_stride", "fan_parts"))
+                rows.append((f"copy1 1-to-1 U={u} grid={per_sm}/SM", time_us(lambda: k1((grid,), (512,), (src, dsts[0], cupy.int64(n)))), 2 * nbytes, None))
+                rows.append((f"write8 U=1 grid={per_sm}/SM", time_us(lambda: kw((grid,), (512,), (*ptrs, cupy.int64(n)))), R * nbytes, None))
+                rows.append(checked(f"grid-stride K=8 U={u} grid={per_sm}/SM", lambda: kg((grid,), (512,), (src, *ptrs, cupy.int64(n))), (1 + R) * nbytes))
+                rows.append(checked(f"8 parts K=8 U={u} grid={per_sm}/SM", lambda: kp((grid,), (512,), (src, *ptrs, cupy.int64(n))), (1 + R) * nbytes))
             for k in args.k or (8, 4, 2, 1):
                 kf = module(k, u).get_function("fan")
                 for per_sm in (1, 2, 4):
                     grid = (sms * per_sm // R) * R
-                    for d in dsts:
-                        d.fill(0)
-                    rows.append((f"fan K={k} U={u} grid={per_sm}/SM", timed(lambda: kf((grid,), (512,), (src, *ptrs, cupy.int64(n))), stream, args.reps), (1 + R) * nbytes, ok()))
+                    rows.append(checked(f"fan K={k} U={u} grid={per_sm}/SM", lambda: kf((grid,), (512,), (src, *ptrs, cupy.int64(n))), (1 + R) * nbytes))
     name = rt.getDeviceProperties(0)["name"]
     print(f"# {name.decode() if isinstance(name, bytes) else name}, {sms} SMs; 1-to-{R} broadcast of {args.mib} MiB, median of {args.reps}")
     print(f"# copy {c / 1e3:.0f} GB/s, write {w / 1e3:.0f} GB/s; fan-out floor {floor_us:.1f} us; "
