@@ -4,7 +4,7 @@ configuration timed beside the default and the CuPy baseline) and a tune
 trial (tune.measure.ServiceBench.measure at that size, the configuration
 alone), taking turns over several rounds; the medians and their ratio.
 
-    python3 scripts/bench_vs_trial.py [--rounds 5] [--case CASE ...] [--json FILE]
+    python3 lab/scripts/bench_vs_trial.py [--rounds 5] [--case CASE ...] [--json FILE]
 
 CASE is datapath_survey's ``collective:dtype:sizes:strategy[:k=v,...]``, or
 ``collective:dtype:sizes:auto`` for the untuned default.

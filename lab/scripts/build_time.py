@@ -3,7 +3,7 @@ the measurements behind the compiled kernel's build bound
 (``MAX_BUILD_WEIGHT`` in purlin_bench/backends/cupy/compiled.py). Needs nvcc,
 no GPU; programs past the bound are generated and timed too.
 
-    python3 scripts/build_time.py [--arch sm_90] [--max-weight 1200] [--jobs 1]
+    python3 lab/scripts/build_time.py [--arch sm_90] [--max-weight 1200] [--jobs 1]
 
 One row per program: its ops, its build weight (slices moved plus flags),
 whether the bound takes it, and nvcc's wall seconds for a cubin. Time with

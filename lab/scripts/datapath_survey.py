@@ -1,13 +1,12 @@
 """Time chosen configurations beside the CuPy baseline and the copy floor of
-the same run: the experiments behind the heuristics (docs/performance.md,
+the same run: the experiments behind the heuristics (lab/notebook/performance-history.md,
 "Datapath survey"). Every row is checked (#wrong) before it is timed.
 
-    python3 scripts/datapath_survey.py [--set NAME ...] [--case CASE ...] [--json FILE]
+    python3 lab/scripts/datapath_survey.py [--set NAME ...] [--case CASE ...] [--json FILE]
 
 CASE is ``collective:dtype:size,size,..:strategy[:key=value,...]``, e.g.
 ``all-to-all:float32:256M,1G:push:datapath=ce``; keys are the planner's
 (channels, slice_bytes) and the executor's (blocks, threads, datapath, unroll).
-``--ld-hint .L2::256B`` recompiles the Atom kernel with that load qualifier.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ SETS = {
     ],
     # Fan-outs at 85-87% of the floor (issue 16): the strategies and unrolls
     # a default could take at 256 MiB, with all-to-all (one
-    # consumer a flow, at 93-105%) as the control (scripts/fanout_probe.py
+    # consumer a flow, at 93-105%) as the control (lab/scripts/fanout_probe.py
     # measures the write rate these are bound by).
     "fanout": [
         f"{c}:float32:256M:{st}{x}"
@@ -60,7 +59,7 @@ SETS = {
     ],
     # The fan-outs' block count and block size at 256 MiB (the default's
     # strategies, unroll 4; all-to-all the control), after the write rate and
-    # the store hints were ruled out (docs/perf/issue16/NOTES.md), and a
+    # the store hints were ruled out (lab/perf/issue16/NOTES.md), and a
     # copy-engine fan-out (a copy per destination: it reads the source once
     # per destination, so it pays only if the copy engines write faster).
     "fanout-blocks": [
@@ -80,28 +79,6 @@ SETS = {
         for x in ("", ",kernel=compiled", ",kernel=compiled,blocks=1", ",kernel=compiled,blocks=32", ",kernel=compiled,threads=256", ",datapath=ce")
     ] + [
         f"all-to-all:float32:16,256,4K,64K:push:unroll=4,kernel=compiled,threads=128,channels={ch}" for ch in (1, 2, 8)
-    ],
-    # The copy-only build's software pipeline (kernel_ab.py "now-pipelined",
-    # --baseline torch) where a block runs few rounds: the compiled default's
-    # copies at 1-64 MiB, where gather and scatter ran at 0.86-0.88x torch's
-    # speed (a block of 512 threads moves 32 KiB a round: 4 rounds for a 2 MiB
-    # flow over 16 blocks, each waiting a full load before its stores). At
-    # 256 MiB, where the rounds are many, it tied the default's fan-outs
-    # (0.994-1.001x; set fanout-blocks).
-    "pipeline-mid": [
-        f"{c}:float32:1M,4M,16M,64M:{st}:unroll=4,kernel=compiled{x}"
-        for c, st, x in (("gather", "push", ""), ("scatter", "direct", ""), ("all-to-all", "push", ",channels=8"), ("all-gather", "push", ""), ("broadcast", "two-shot", ""))
-    ],
-    # The copies' occupancy (kernel_ab.py "now-copy-1024", --baseline torch):
-    # the default's copy-only programs at 1-256 MiB, where 8 groups of one
-    # 512-thread block an SM leave each group 16 blocks; at 256 MiB the
-    # fan-outs in both kernels (4 -> 8 -> 16 blocks a group gave 0.59x ->
-    # 0.80x -> 1, docs/performance.md "fourth round").
-    "occupancy": [
-        f"{c}:float32:1M,16M,64M:{st}:unroll=4,kernel=compiled{x}"
-        for c, st, x in (("gather", "push", ""), ("scatter", "direct", ""), ("all-to-all", "push", ",channels=8"), ("all-gather", "push", ""), ("broadcast", "two-shot", ""))
-    ] + [
-        f"{c}:float32:256M:{st}:unroll=4{x}" for c, st in (("all-gather", "push"), ("broadcast", "two-shot")) for x in ("", ",kernel=compiled")
     ],
     # Small and mid messages: latency of the candidates for the defaults.
     "small": [
@@ -129,37 +106,6 @@ SETS = {
         for c, st in (("all-reduce", "two-shot"), ("all-gather", "push:unroll=4"), ("reduce-scatter", "direct"), ("all-to-all", "push:channels=8,unroll=4"))
         for x in ("", ",datapath=ce" if ":" in st else ":datapath=ce")
     ],
-    # The compiled defaults at small sizes, every collective (kernel_ab.py's
-    # now vs now-pruned: the kernel taking only the bases its code names).
-    "params": [
-        f"{c}:{d}:16,256,4K,64K:{st}:{x}kernel=compiled,threads=128"
-        for c, st, x in (
-            ("all-reduce", "two-shot", ""), ("reduce-scatter", "direct", ""), ("reduce", "two-shot", ""), ("all-gather", "push", "unroll=4,"),
-            ("all-to-all", "push", "channels=8,unroll=4,"), ("broadcast", "two-shot", "unroll=4,"), ("gather", "push", "unroll=4,"), ("scatter", "direct", "unroll=4,"),
-        )
-        for d in ("float32", "bfloat16")
-    ],
-    # Latency of the defaults alone, for kernel variants (run with --no-short-reduce, --no-shared-bases, or kernel_ab.py).
-    "latency-defaults": [
-        f"{c}:{d}:16,1K,4K,64K,1M:{st}"
-        for c, st in (("all-reduce", "two-shot"), ("reduce-scatter", "direct"), ("reduce", "two-shot"), ("all-gather", "push:unroll=4"), ("all-to-all", "push:channels=8,unroll=4"))
-        for d in ("float32", "bfloat16")
-    ],
-    # Block counts past what the data can use (kernel_ab.py's now vs
-    # now-uncapped-blocks): tuned configurations with many blocks at small
-    # sizes, one that the cap leaves alone (16 MiB), and the defaults at
-    # 64 KiB-1 MiB, where the automatic count exceeds the cap.
-    "blocks": [
-        "all-reduce:bfloat16:16,256,4K:direct:channels=4,blocks=32,threads=256",
-        "all-reduce:float32:16,4K,64K:two-shot:blocks=32",
-        "reduce-scatter:float32:16,4K,64K:direct:blocks=32,threads=256",
-        "all-gather:bfloat16:64K:push:channels=2,slice_bytes=262144,blocks=32,threads=256",
-        "all-to-all:float32:4K,64K:push:channels=8,blocks=16,unroll=4",
-        "all-gather:float32:16M:two-shot:channels=2,slice_bytes=1048576,blocks=16,threads=256,unroll=4",
-        "all-reduce:float32:64K,1M:two-shot", "all-reduce:bfloat16:64K,1M:two-shot",
-        "all-gather:float32:64K,1M:push:unroll=4", "all-to-all:float32:64K,1M:push:channels=8,unroll=4",
-        "reduce-scatter:float32:64K,1M:direct",
-    ],
     # The compiled datapath at the defaults' strategies (copies at unroll 4, as
     # CupyBackend.default_config gives them), at 512 and at 128 threads a block.
     "compiled-small": [
@@ -172,8 +118,6 @@ SETS = {
         for d in ("float32", "bfloat16") if d == "float32" or c == "all-reduce"
         for t in ("", ",threads=128")
     ],
-    # The load qualifier, on one copy and two reductions (run with --ld-hint).
-    "hint": [f"all-to-all:float32:{BIG}:push", f"all-reduce:float32:{BIG}:two-shot", f"reduce-scatter:float32:{BIG}:direct"],
 }
 
 
@@ -284,19 +228,16 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--ld-hint", default="")
-    ap.add_argument("--no-short-reduce", action="store_true", help="build the Atom kernel without its small-reduction path")
-    ap.add_argument("--no-shared-bases", action="store_true", help="build the Atom kernel with slice bases read from global memory")
     ap.add_argument("--auto-block-bytes", type=int, default=0, help="bytes per block of the automatic block count")
     ap.add_argument("--launch-floor", action="store_true", help="also time empty kernels from a graph (the small-size floor)")
     ap.add_argument("--baseline", default="cupy", help="the baseline timed beside every row (cupy, torch)")
     ap.add_argument("--json")
     args = ap.parse_args()
-    settings = KernelSettings(ld_hint=args.ld_hint, short_reduce=not args.no_short_reduce, shared_bases=not args.no_shared_bases, **({"auto_block_bytes": args.auto_block_bytes} if args.auto_block_bytes else {}))
+    settings = KernelSettings(**({"auto_block_bytes": args.auto_block_bytes} if args.auto_block_bytes else {}))
     cases = [parse_case(c) for s in args.set for c in SETS[s]] + [parse_case(c) for c in args.case]
     backend = CupyBackend(args.ranks, settings=settings)
     bandwidth = backend.copy_bandwidth()
-    print(f"# copy bandwidth {bandwidth.bytes_per_s / 1e12:.3f} TB/s; ld hint '{args.ld_hint}'; settings {settings}; auto block bytes {args.auto_block_bytes or 'default'}", flush=True)
+    print(f"# copy bandwidth {bandwidth.bytes_per_s / 1e12:.3f} TB/s; settings {settings}; auto block bytes {args.auto_block_bytes or 'default'}", flush=True)
     if args.launch_floor:
         for what, us in launch_floor(args.iters, args.reps).items():
             print(f"# {what}: {us:.2f} us per call (graph replay)", flush=True)

@@ -2,7 +2,7 @@
 # The device runbook: on the lent GPU machine, install what its image lacks,
 # then run the GPU tests, a check matrix and/or benchmarks, logging to $OUT.
 #
-#   scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency kernel-ab check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core torch-tests procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-ab compiled-large compiled-each default-each pipeline-mid small-floor gather-gap big-rows fanout fanout-shapes occupancy params torch-gaps procs-short multi-gpu pack
+#   lab/scripts/device-run.sh STEP...      STEP: env warm tests bench-vs-trial survey survey-mid latency check-small check check-compiled bench bench-wide bench-full bench-f32 bench-bf16 tune bench-plan bench-plan-all search procs-smoke tests-core torch-tests procs-check procs-profile procs-stacks procs procs-tune compiled compiled-tests compiled-bench compiled-large compiled-each default-each small-floor gather-gap big-rows fanout fanout-shapes torch-gaps procs-short multi-gpu pack
 #
 # Prepare here first: ../shared/tools/device-wheels.sh jsonschema jsonschema-specifications
 # referencing rpds-py attrs hypothesis sortedcontainers ml_dtypes pytest-timeout
@@ -40,30 +40,26 @@ fi
 step_env() {
   { nvidia-smi; nvcc --version | tail -1; python3 -c 'import cupy, numpy; print("cupy", cupy.__version__, "numpy", numpy.__version__); print(cupy.cuda.runtime.getDeviceProperties(0)["name"])'; } 2>&1 | tee "$OUT/env.txt"
 }
-step_warm() {  # every interpreter variant into CuPy's disk cache, one process per core (scripts/warm_kernels.py)
-  timeout ${WARM_LIMIT:-150} python3 scripts/warm_kernels.py 2>&1 | tee "$OUT/warm.log" | tail -5
+step_warm() {  # every interpreter variant into CuPy's disk cache, one process per core (lab/scripts/warm_kernels.py)
+  timeout ${WARM_LIMIT:-150} python3 lab/scripts/warm_kernels.py 2>&1 | tee "$OUT/warm.log" | tail -5
 }
 step_tests() {
   timeout ${TESTS_LIMIT:-330} python3 -m pytest -q -p no:cacheprovider -m gpu -o addopts="" --timeout 240 --maxfail 10 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -40
 }
-step_survey() {  # datapath variants at chosen sizes beside CuPy and the floor (scripts/datapath_survey.py)
-  timeout ${SURVEY_LIMIT:-170} python3 scripts/datapath_survey.py ${SURVEY_SETS:---set large --set small} --json "$OUT/survey.json" 2>&1 | tee "$OUT/survey.log"
-  timeout 45 python3 scripts/datapath_survey.py --set hint --ld-hint .L2::256B --json "$OUT/survey-hint.json" 2>&1 | tee "$OUT/survey-hint.log"
+step_survey() {  # datapath variants at chosen sizes beside CuPy and the floor (lab/scripts/datapath_survey.py)
+  timeout ${SURVEY_LIMIT:-170} python3 lab/scripts/datapath_survey.py ${SURVEY_SETS:---set large --set small} --json "$OUT/survey.json" 2>&1 | tee "$OUT/survey.log"
 }
 step_survey-mid() {  # the automatic block count and the copy-engine threshold at mid sizes
   for b in 0 32768 8192; do
-    timeout 70 python3 scripts/datapath_survey.py --set mid --auto-block-bytes $b --json "$OUT/mid-$b.json" 2>&1 | tee -a "$OUT/survey-mid.log"
+    timeout 70 python3 lab/scripts/datapath_survey.py --set mid --auto-block-bytes $b --json "$OUT/mid-$b.json" 2>&1 | tee -a "$OUT/survey-mid.log"
   done
-  timeout 70 python3 scripts/datapath_survey.py --set ce --auto-block-bytes 32768 --json "$OUT/ce.json" 2>&1 | tee -a "$OUT/survey-mid.log"
+  timeout 70 python3 lab/scripts/datapath_survey.py --set ce --auto-block-bytes 32768 --json "$OUT/ce.json" 2>&1 | tee -a "$OUT/survey-mid.log"
 }
 step_latency() {  # small sizes: defaults and copy-engine variants beside empty kernels from a graph
-  timeout ${LATENCY_LIMIT:-90} python3 scripts/datapath_survey.py --set latency --launch-floor --iters 20 --reps 5 --json "$OUT/latency.json" 2>&1 | tee "$OUT/latency.log"
-}
-step_kernel-ab() {  # Atom kernel variants at small sizes, in one process, timed taking turns (scripts/kernel_ab.py)
-  timeout ${KERNEL_AB_LIMIT:-200} python3 scripts/kernel_ab.py ${KERNEL_AB_SETS:---set latency-defaults} ${KERNEL_AB_ARGS:-} --json "$OUT/kernel-ab.json" 2>&1 | tee "$OUT/kernel-ab.log"
+  timeout ${LATENCY_LIMIT:-90} python3 lab/scripts/datapath_survey.py --set latency --launch-floor --iters 20 --reps 5 --json "$OUT/latency.json" 2>&1 | tee "$OUT/latency.log"
 }
 step_bench-vs-trial() {  # issue 13: a bench row and a tune trial of the same configuration and size, in one process
-  timeout ${BVT_LIMIT:-150} python3 scripts/bench_vs_trial.py --rounds ${BVT_ROUNDS:-5} --json "$OUT/bench-vs-trial.json" 2>&1 | tee "$OUT/bench-vs-trial.log"
+  timeout ${BVT_LIMIT:-150} python3 lab/scripts/bench_vs_trial.py --rounds ${BVT_ROUNDS:-5} --json "$OUT/bench-vs-trial.json" 2>&1 | tee "$OUT/bench-vs-trial.log"
 }
 step_check-small() {  # every reduction and dtype at counts that take the scalar and the one-vector paths
   for c in all-reduce reduce-scatter reduce; do
@@ -72,7 +68,7 @@ step_check-small() {  # every reduction and dtype at counts that take the scalar
 }
 step_check-compiled() {  # the compiled datapath (the default up to 64 MiB) through the check matrix, its programs built on every core first
   # NVRTC builds each program on first use: one process checked 524 of the 4500 in 200 s, building each (2026-12-03)
-  timeout ${CHECK_COMPILED_WARM_LIMIT:-360} python3 scripts/warm_kernels.py --check-compiled 2,3,8 1,1001,16384 float32,bfloat16,int32 2>&1 | tee "$OUT/check-compiled-warm.log" | tail -4
+  timeout ${CHECK_COMPILED_WARM_LIMIT:-360} python3 lab/scripts/warm_kernels.py --check-compiled 2,3,8 1,1001,16384 float32,bfloat16,int32 2>&1 | tee "$OUT/check-compiled-warm.log" | tail -4
   timeout ${CHECK_COMPILED_LIMIT:-300} $PURLIN check all --backend cupy --kernel compiled --ranks 2,3,8 --strategy all --dtype float32,bfloat16,int32 --count 1,1001,16384 --root all --failed-only 2>&1 | tee "$OUT/check-compiled.log" | tail -6
 }
 step_check() {
@@ -193,9 +189,6 @@ step_compiled-bench() {  # issue 16: the compiled kernel timed beside the defaul
     timeout ${COMPILED_BENCH_LIMIT:-150} $PURLIN bench all -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 -d $d --kernel compiled --baseline torch,cupy,default --no-inplace --json "$OUT/compiled-$d.json" 2>&1 | tee "$OUT/compiled-$d.log" | grep -E "^# (Speed|Avg)|rror|^[a-z-]+  \(" | tail -20
   done
 }
-step_compiled-ab() {  # issue 16: the compiled kernel at 512 and 128 threads (the set's cases), beside KERNEL_AB_VARIANTS
-  timeout ${COMPILED_AB_LIMIT:-240} python3 scripts/kernel_ab.py --set compiled-small ${KERNEL_AB_VARIANTS:---variant now} --reps 7 --json "$OUT/compiled-ab.json" 2>&1 | tee "$OUT/compiled-ab.log"
-}
 step_compiled-large() {  # issue 16: 16 B .. 1 GiB, the compiled kernel beside the interpreter and torch (the geometric mean, the 0.95x floor)
   for d in ${DTYPES:-float32}; do
     timeout ${COMPILED_LARGE_LIMIT:-200} $PURLIN bench all -b 16 -e 1G -f 4 -n 10 -w 2 -G 3 -d $d --kernel compiled --baseline torch,default --no-inplace --json "$OUT/compiled-large-$d.json" 2>&1 | tee "$OUT/compiled-large-$d.log" | grep -E "^# (Speed|Avg|build)|rror|^[a-z-]+  \(" | tail -30
@@ -218,15 +211,12 @@ step_default-each() {  # issue 16: the default as it ships (compiled up to 64 Mi
       COMPILED_EACH_LIMIT=${COMPILED_EACH_LIMIT:-30} bench_each default-each-$d
   done
 }
-step_pipeline-mid() {  # issue 16: the copies' software pipeline at 1-64 MiB, beside torch (scripts/kernel_ab.py, set pipeline-mid)
-  timeout ${PIPELINE_MID_LIMIT:-100} python3 scripts/kernel_ab.py --set pipeline-mid --variant now --variant now-pipelined --baseline torch --reps 7 --json "$OUT/pipeline-mid.json" 2>&1 | tee "$OUT/pipeline-mid.log"
-}
 step_small-floor() {  # issue 16: a 256-byte gather's floor (a memcpy node, bare copy kernels from one and from 8 allocations, 8 parallel memcpy nodes, empty kernels), then purlin's compiled gather and scatter beside torch
-  timeout ${SMALL_FLOOR_LIMIT:-40} python3 scripts/datapath_survey.py --launch-floor --iters 20 --reps 7 --baseline torch \
+  timeout ${SMALL_FLOOR_LIMIT:-40} python3 lab/scripts/datapath_survey.py --launch-floor --iters 20 --reps 7 --baseline torch \
     --case gather:float32:256:push:unroll=4,kernel=compiled,threads=128 --case scatter:float32:256:direct:unroll=4,kernel=compiled,threads=128 2>&1 | tee "$OUT/small-floor.log"
 }
 step_gather-gap() {  # issue 16: a small gather's time over torch's, in one harness: purlin's, torch's, bare kernels whose 8 parts lie in one allocation (contiguous, 128 B, 4 KiB, 2 MiB apart) or 8, and the bare kernel grown towards purlin's a step at a time
-  timeout ${GATHER_GAP_LIMIT:-40} python3 scripts/gather_gap.py --bytes ${GATHER_GAP_BYTES:-256} 2>&1 | tee "$OUT/gather-gap.log"
+  timeout ${GATHER_GAP_LIMIT:-40} python3 lab/scripts/gather_gap.py --bytes ${GATHER_GAP_BYTES:-256} 2>&1 | tee "$OUT/gather-gap.log"
 }
 step_big-rows() {  # issue 16: the default's 256 MiB rows alone (BIG_ROWS: collective:dtype ...), beside torch
   for cd in ${BIG_ROWS:-all-reduce:float32 all-gather:float32 all-to-all:float32}; do
@@ -236,22 +226,15 @@ step_big-rows() {  # issue 16: the default's 256 MiB rows alone (BIG_ROWS: colle
     echo "$cd: exit ${PIPESTATUS[0]}" | tee -a "$OUT/big-${cd%%:*}-${cd##*:}.log"
   done
 }
-step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the floor: the write rate, then kernel variants side by side
-  timeout 60 python3 scripts/fanout_probe.py 2>&1 | tee "$OUT/fanout-probe.log"
-  # the store hints (.cs, .L1::no_allocate) were measured on 2026-12-03: +0.5-0.7%; now the copies' software pipeline
-  timeout ${FANOUT_AB_LIMIT:-200} python3 scripts/kernel_ab.py ${FANOUT_SETS:---set fanout-blocks} ${FANOUT_VARIANTS:---variant now --variant now-pipelined} --reps 7 --json "$OUT/fanout-ab.json" 2>&1 | tee "$OUT/fanout-ab.log"
+step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the floor: the write rate (the store hints and the
+  # copies' software pipeline, once timed here with kernel_ab.py, were rejected: docs/decisions.md D9, D10)
+  timeout 60 python3 lab/scripts/fanout_probe.py 2>&1 | tee "$OUT/fanout-probe.log"
 }
 step_fanout-shapes() {  # issue 16: bare 1-to-8 broadcast kernels of several shapes beside cudaMemcpyAsync at 256 MiB (which shape reaches the floor)
-  timeout ${FANOUT_SHAPES_LIMIT:-90} python3 scripts/fanout_shapes.py --mib ${FANOUT_SHAPES_MIB:-256} 2>&1 | tee "$OUT/fanout-shapes.log"
-}
-step_occupancy() {  # issue 16: copy-only builds bound to 1024 threads an SM against 512 (twice the blocks a group), the default's copies at 1-256 MiB beside torch
-  timeout ${OCCUPANCY_LIMIT:-240} python3 scripts/kernel_ab.py --set occupancy --variant now --variant now-copy-1024 --baseline torch --reps 7 --json "$OUT/occupancy.json" 2>&1 | tee "$OUT/occupancy.log"
-}
-step_params() {  # issue 16: the compiled kernel taking only the bases its code names (KernelSettings.prune_params) against all of them, every collective at 16 B-64 KiB, beside torch
-  timeout ${PARAMS_LIMIT:-200} python3 scripts/kernel_ab.py --set params --variant now --variant now-pruned --baseline torch --reps 9 --json "$OUT/params.json" 2>&1 | tee "$OUT/params.log"
+  timeout ${FANOUT_SHAPES_LIMIT:-90} python3 lab/scripts/fanout_shapes.py --mib ${FANOUT_SHAPES_MIB:-256} 2>&1 | tee "$OUT/fanout-shapes.log"
 }
 step_torch-gaps() {  # issue 16: where the compiled kernel loses to torch (gather, scatter, the smallest all-to-all), variants beside torch, and empty kernels of the gather's launch shape
-  timeout ${TORCH_GAPS_LIMIT:-180} python3 scripts/datapath_survey.py --set torch-gaps --baseline torch --launch-floor --iters 20 --reps 5 --json "$OUT/torch-gaps.json" 2>&1 | tee "$OUT/torch-gaps.log"
+  timeout ${TORCH_GAPS_LIMIT:-180} python3 lab/scripts/datapath_survey.py --set torch-gaps --baseline torch --launch-floor --iters 20 --reps 5 --json "$OUT/torch-gaps.json" 2>&1 | tee "$OUT/torch-gaps.log"
 }
 step_procs-short() {  # issue 14 in four minutes: the torch example, a killed rank on the GPU, the compiled kernel beside the interpreter
   timeout 110 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 2>&1 | tee "$OUT/procs-tp-mlp.log" | tail -8

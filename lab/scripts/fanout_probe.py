@@ -8,7 +8,7 @@ each way. An all-gather or broadcast over R ranks reads each byte once and
 writes it R times: if writes alone run slower than a copy's mix, that floor
 is out of reach for them, and this says by how much.
 
-    python3 scripts/fanout_probe.py [--gib 1] [--ranks 8] [--reps 10]
+    python3 lab/scripts/fanout_probe.py [--gib 1] [--ranks 8] [--reps 10]
 
 Prints each rate and the share of the copy floor that a fan-out bound by
 them could reach: with a copy's rate c (bytes read plus written per second)

@@ -2,7 +2,7 @@
 
 The fan-outs (all-gather, broadcast) stop at 85-87% of the copy floor at
 256 MiB, where the copies and reductions reach 93-105%, and write-only
-traffic runs faster than a copy's mix (scripts/fanout_probe.py), so the
+traffic runs faster than a copy's mix (lab/scripts/fanout_probe.py), so the
 bytes alone do not explain it. This times bare CuPy kernels of one 1-to-8
 broadcast (one source, eight destination buffers, 16-byte vectors) in one
 process, beside cudaMemcpyAsync, cudaMemsetAsync and the same kernels'
@@ -19,7 +19,7 @@ process, beside cudaMemcpyAsync, cudaMemsetAsync and the same kernels'
 - ``bulk copy (TMA)``: the SM's bulk-copy unit moves the tiles (sm_90 and
   up), one issuing thread a block, several tiles in flight; 1-to-1 too.
 
-    python3 scripts/fanout_shapes.py [--mib 256] [--reps 10] [--unroll U]... [--k K]... [--only-tma]
+    python3 lab/scripts/fanout_shapes.py [--mib 256] [--reps 10] [--unroll U]... [--k K]... [--only-tma]
 
 Each row: median us, and the share of the floor, (1 + 8) * S / copy rate
 (the roofline's definition), with S the source's bytes.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fanout_probe import timed  # scripts/ is this script's own folder on sys.path
+from fanout_probe import timed  # lab/scripts/ is this script's own folder on sys.path
 
 from purlin_bench.roofline import fanout_share
 

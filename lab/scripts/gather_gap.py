@@ -13,7 +13,7 @@ over groups, then 16-byte loads that bypass L1 (ld.global.cg), and last
 purlin's own generated kernel launched bare (no runner). Each is checked
 after it is timed.
 
-    python3 scripts/gather_gap.py [--bytes 256] [--reps 15]
+    python3 lab/scripts/gather_gap.py [--bytes 256] [--reps 15]
 """
 
 from __future__ import annotations

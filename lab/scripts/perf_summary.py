@@ -1,9 +1,9 @@
 """Summarise `purlin bench --json` files as the Markdown tables of
-docs/performance.md (per collective and strategy: small-message latency and
+lab/notebook/performance-history.md (per collective and strategy: small-message latency and
 its ratio to the baseline's, the geometric-mean speed-up over the baseline,
 the worst ratio, % of the floor at >= 256 MiB).
 
-    python3 scripts/perf_summary.py [--baseline NAME] FILE.json [...]
+    python3 lab/scripts/perf_summary.py [--baseline NAME] FILE.json [...]
 
 ``--baseline`` (default cupy) names the baseline the speed-ups are over, as
 bench's --baseline does; the files' rows are pooled, so one table can cover

@@ -7,7 +7,7 @@ are a small cross product (dtype, reduction, unroll, block size, flag scope,
 copy-only build), so they are built up front, one process per core; CuPy
 writes each cache entry atomically, so the processes may share the folder.
 
-    python3 scripts/warm_kernels.py [--jobs N]
+    python3 lab/scripts/warm_kernels.py [--jobs N]
 
 With ``--check-compiled RANKS COUNTS DTYPES`` it builds, the same way, the
 compiled datapath's program of every combination that ``purlin check all

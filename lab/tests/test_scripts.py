@@ -1,6 +1,8 @@
-"""The device scripts' case lists and kernel variants, checked on the CPU:
-a typo in a case would otherwise surface only on the lent GPU, minutes into
-a call (scripts/datapath_survey.py, scripts/kernel_ab.py)."""
+"""The lab's device scripts, checked on the CPU: a typo in a case or a
+kernel would otherwise surface only on the lent GPU, minutes into a call
+(lab/scripts/: datapath_survey.py, warm_kernels.py, gather_gap.py,
+build_time.py, fanout_shapes.py; device-run.sh). lab/tests/conftest.py puts
+lab/scripts/ and the repository root on sys.path."""
 
 from __future__ import annotations
 
@@ -8,19 +10,16 @@ import sys
 from pathlib import Path
 
 import pytest
+from datapath_survey import SETS, parse_case
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from purlin_bench.backends.cupy import CupyBackend
+from purlin_bench.backends.port import check_params
+from purlin_bench.bench.run import instances
+from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.planner import plan
+from purlin_bench.spec import load_builtin
 
-from datapath_survey import SETS, parse_case  # noqa: E402
-from kernel_ab import VARIANTS  # noqa: E402
-
-from purlin_bench.backends.cupy import CupyBackend  # noqa: E402
-from purlin_bench.backends.port import check_params  # noqa: E402
-from purlin_bench.bench.run import instances  # noqa: E402
-from purlin_bench.dtypes import resolve_dtype  # noqa: E402
-from purlin_bench.planner import plan  # noqa: E402
-from purlin_bench.spec import load_builtin  # noqa: E402
-
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 CASES = sorted({case for cases in SETS.values() for case in cases})
 
 
@@ -34,15 +33,8 @@ def test_every_case_of_every_set_plans(case):
         plan(inst, config.strategy, canonical, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
 
 
-def test_the_kernel_variants_differ_and_now_is_the_default():
-    from purlin_bench.backends.cupy.executor import KernelSettings
-
-    assert VARIANTS["now"] == KernelSettings()
-    assert len(set(VARIANTS.values())) == len(VARIANTS)
-
-
 def test_the_compiled_warm_up_builds_what_the_check_runs():
-    """scripts/warm_kernels.py --check-compiled: its jobs are the rows the
+    """lab/scripts/warm_kernels.py --check-compiled: its jobs are the rows the
     check matrix runs (every collective, strategy, root, in and out of place;
     not its n/a rows), each of which must reach a worker process."""
     import json
@@ -70,7 +62,7 @@ def test_the_runbook_parses_and_its_header_lists_exactly_its_steps():
     import shutil
     import subprocess
 
-    runbook = Path(__file__).resolve().parent.parent / "scripts" / "device-run.sh"
+    runbook = SCRIPTS / "device-run.sh"
     done = subprocess.run([shutil.which("bash"), "-n", str(runbook)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     text = runbook.read_text()
@@ -81,7 +73,7 @@ def test_the_runbook_parses_and_its_header_lists_exactly_its_steps():
 
 @pytest.mark.nvcc
 def test_the_gather_gap_kernel_builds(tmp_path):
-    """scripts/gather_gap.py's bare kernel is source text put together in
+    """lab/scripts/gather_gap.py's bare kernel is source text put together in
     Python: a typo would surface only on the GPU, as an NVRTC error."""
     from gather_gap import KERNEL, STEPS, step_kernel
 
@@ -107,7 +99,7 @@ def test_the_gather_gap_steps_add_one_difference_each():
 
 
 def test_the_build_time_programs_straddle_the_bound():
-    """scripts/build_time.py's programs are the bound's evidence: some taken,
+    """lab/scripts/build_time.py's programs are the bound's evidence: some taken,
     some refused, each generated past the bound when asked."""
     from build_time import PROGRAMS
 
@@ -133,7 +125,7 @@ def test_the_build_time_programs_straddle_the_bound():
 def test_the_build_time_script_runs(tmp_path):
     import subprocess
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "build_time.py"
+    script = SCRIPTS / "build_time.py"
     done = subprocess.run([sys.executable, str(script), "--max-weight", "128", "--jobs", "2"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.endswith(tuple("0123456789")) and " yes " in line]
@@ -144,7 +136,7 @@ def test_the_build_time_script_runs(tmp_path):
 @pytest.mark.parametrize("k", (1, 2, 4, 8))
 @pytest.mark.parametrize("u", (2, 4, 8))  # the choices of its --unroll
 def test_the_fanout_shapes_kernels_build_without_spills(tmp_path, k, u):
-    """scripts/fanout_shapes.py times its kernels against a memcpy: a spill
+    """lab/scripts/fanout_shapes.py times its kernels against a memcpy: a spill
     at some K or U would be timed as the shape's cost."""
     from fanout_shapes import KERNELS
 

@@ -1,4 +1,4 @@
-"""Summarise the runbook's `search` step (scripts/device-run.sh) from its Optuna SQLite files.
+"""Summarise the runbook's `search` step (lab/scripts/device-run.sh) from its Optuna SQLite files.
 
     python3 analyze.py DIR_WITH_search-*.db OUTDIR
 
