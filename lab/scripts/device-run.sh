@@ -227,7 +227,7 @@ step_big-rows() {  # issue 16: the default's 256 MiB rows alone (BIG_ROWS: colle
   done
 }
 step_fanout() {  # issue 16: why all-gather and broadcast stop at 85-87% of the floor: the write rate (the store hints and the
-  # copies' software pipeline, once timed here with kernel_ab.py, were rejected: docs/decisions.md D9, D10)
+  # copies' software pipeline, once timed here with kernel_ab.py, were rejected: docs/decisions.md D21, D22)
   timeout 60 python3 lab/scripts/fanout_probe.py 2>&1 | tee "$OUT/fanout-probe.log"
 }
 step_fanout-shapes() {  # issue 16: bare 1-to-8 broadcast kernels of several shapes beside cudaMemcpyAsync at 256 MiB (which shape reaches the floor)
