@@ -3,27 +3,47 @@ baseline, from the rows `purlin bench --json` writes."""
 
 from __future__ import annotations
 
-import json
-import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from purlin_bench.atomic import MODE, WriteError
 from purlin_bench.errors import PurlinError
-from purlin_bench.textfile import read_text
+from purlin_bench.textfile import parse_json, read_text, write_with
 
 
 def load_rows(path: str | Path) -> list[dict[str, Any]]:
     text = read_text(path, PurlinError, "not a purlin bench result")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise PurlinError(f"{path}: not valid JSON (line {exc.lineno}): {exc.msg}") from None
+    data = parse_json(text, str(path), PurlinError, constants=False)
     rows = data.get("results") if isinstance(data, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) and "size" in r and "out_of_place" in r for r in rows):
         raise PurlinError(f"{path}: not a purlin bench result (expected 'results' rows with size and out_of_place)")
+    _check_rows(rows, path)
     return rows
+
+
+# What plot_rows reads of a row, as a JSON Schema: a row of another shape or
+# with a negative size or time is one line naming it, not a KeyError or a
+# plot with lines below zero.
+_NUMBER = {"type": "number", "minimum": 0}
+_SIDE = {"type": "object", "required": ["time", "bus_bw"],
+         "properties": {"time": {"type": "number", "exclusiveMinimum": 0}, "bus_bw": _NUMBER,
+                        "alg_bw": {"type": ["number", "null"], "minimum": 0}}}
+_ROW = {"type": "object", "required": ["collective", "strategy", "size", "out_of_place"],
+        "properties": {"collective": {"type": "string"}, "strategy": {"type": "string"},
+                       "size": {"type": "integer", "minimum": 1}, "out_of_place": _SIDE,
+                       "baselines": {"type": ["object", "null"],
+                                     "additionalProperties": {"type": ["number", "null"], "minimum": 0}}}}
+
+
+def _check_rows(rows: list[dict[str, Any]], path: str | Path) -> None:
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(_ROW)
+    for i, row in enumerate(rows):
+        error = next(iter(validator.iter_errors(row)), None)
+        if error is not None:
+            field = "/".join(str(p) for p in error.absolute_path) or "row"
+            raise PurlinError(f"{path}: results[{i}] {field}: {error.message}"[:300])
 
 
 def plot_rows(rows: list[dict[str, Any]], out: str | Path, title: str) -> None:
@@ -60,16 +80,10 @@ def plot_rows(rows: list[dict[str, Any]], out: str | Path, title: str) -> None:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     out = Path(out)
-    # Written beside the target and renamed, as atomic.py does for text: a
-    # reader never sees half an image, a failure leaves no temp file, and the
-    # mode is atomic.MODE whatever the umask (savefig's open() follows it).
-    tmp = out.with_name(f".{out.name}.tmp{out.suffix}")
+    # Through the one writer (textfile.write_with): a temp file renamed over
+    # a regular file, streamed into a device or FIFO, never a rename over
+    # one. savefig is given the format, since the handle has no extension.
     try:
-        fig.savefig(tmp, dpi=110)
-        os.chmod(tmp, MODE)
-        tmp.replace(out)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise WriteError(f"{out}: cannot write: {exc.strerror or exc}") from None
+        write_with(out, lambda handle: fig.savefig(handle, dpi=110, format=out.suffix.lower().lstrip(".")))
     finally:
         plt.close(fig)

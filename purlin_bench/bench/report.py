@@ -12,7 +12,7 @@ from typing import Any, Iterable
 from rich.markup import escape
 from rich.table import Table
 
-from purlin_bench.atomic import write_text_atomic
+from purlin_bench.textfile import write_output
 from purlin_bench.bench.measure import BenchRecord
 
 JSON_SCHEMA = 1
@@ -122,7 +122,7 @@ def write_json(path: str | Path, records: Iterable[BenchRecord], environment: di
     """``complete`` is false while the run goes on: bench rewrites the file
     after every row, so an interrupted run leaves the rows it measured."""
     data = {"schema": JSON_SCHEMA, "command": command, "complete": complete, "environment": environment, "results": [json_row(r) for r in records]}
-    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+    write_output(path, json.dumps(data, indent=1) + "\n")
 
 
 CSV_FIELDS = ("collective", "size", "count", "type", "redop", "root", "strategy", "oop_time_us", "oop_algbw", "oop_busbw", "oop_nwrong", "ip_time_us", "ip_algbw", "ip_busbw", "ip_nwrong", "floor_us", "roofline_pct")
@@ -143,4 +143,4 @@ def write_csv(path: str | Path, records: Iterable[BenchRecord], complete: bool =
         row += [r.floor_us if r.floor_us is not None else "", r.roofline_pct() if r.roofline_pct() is not None else ""]
         row += [r.baselines.get(b, "") for b in baselines] + [r.speedup(b) or "" for b in baselines] + [int(complete)]
         writer.writerow(row)
-    write_text_atomic(path, out.getvalue())
+    write_output(path, out.getvalue())

@@ -20,6 +20,7 @@ from purlin_bench.dtypes import REDOPS, resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.measurement import MeasurementService
 from purlin_bench.sizes import parse_bytes
+from purlin_bench.textfile import is_stream
 from purlin_bench.spec.loader import load_all_builtin, resolve
 
 ORDER = 40
@@ -130,10 +131,12 @@ def bench(
     records = []
 
     def save(complete: bool) -> None:
-        # Rewritten (atomically) after every row: an interrupted sweep keeps what it measured.
-        if json_out:
+        # Rewritten (atomically) after every row: an interrupted sweep keeps
+        # what it measured. A device or FIFO is written once, complete: a
+        # pipe's reader would otherwise get the file again after every row.
+        if json_out and (complete or not is_stream(json_out)):
             write_json(json_out, records, env, command, complete)
-        if csv_out:
+        if csv_out and (complete or not is_stream(csv_out)):
             write_csv(csv_out, records, complete)
 
     with common.progress_bar() as progress:

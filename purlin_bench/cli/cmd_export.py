@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from purlin_bench.atomic import write_text_atomic
+from purlin_bench.textfile import write_output
 from purlin_bench.cli.outputs import check_output
 from purlin_bench.export import formats, render, require_format
 from purlin_bench.planfile import load_plan_file
@@ -36,7 +36,7 @@ def export(
     if output is None:
         sys.stdout.write(text)
         return
-    write_text_atomic(output, text)
+    write_output(output, text)
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from purlin_bench.errors import PurlinError
+from purlin_bench.textfile import is_stream, output_refusal
 
 
 def check_output(path: str | Path | None, option: str) -> None:
@@ -22,8 +23,18 @@ def check_output(path: str | Path | None, option: str) -> None:
     path = Path(path)
     if str(path) == "":
         raise PurlinError(f"{option}: empty path")
+    _check_name(path, option)
     if path.is_dir():
         raise PurlinError(f"{option} {path}: is a folder, not a file")
+    why = output_refusal(path)
+    if why:
+        raise PurlinError(f"{option} {path}: {why}")
+    if is_stream(path):
+        # A device or FIFO is streamed into (textfile.write_with), never
+        # replaced: only whether it opens for writing matters, not its folder.
+        if not os.access(path, os.W_OK):
+            raise PurlinError(f"{option} {path}: cannot write: permission denied")
+        return
     parent = path.parent
     if not parent.exists():
         # Not created for the user: a typo in a folder name would otherwise
@@ -42,6 +53,7 @@ def check_output_dir(path: str | Path | None, option: str) -> None:
     path = Path(path)
     if str(path) == "":
         raise PurlinError(f"{option}: empty path")
+    _check_name(path, option)
     if path.exists() and not path.is_dir():
         raise PurlinError(f"{option} {path}: is a file, not a folder")
     existing = path
@@ -81,9 +93,31 @@ def check_distinct(*outputs: tuple[str, str | Path | None]) -> None:
         if path is None:
             continue
         key = os.path.realpath(path)
+        if is_stream(path):
+            continue  # /dev/null twice: streams, nothing is overwritten
         if key in seen:
             raise PurlinError(f"{seen[key]} and {option} both name {path}: one would overwrite the other")
         seen[key] = option
+
+
+def _check_name(path: Path, option: str) -> None:
+    """Every component within the file system's name limit: a longer one
+    fails every call on the path (ENAMETOOLONG), so it is said here, once."""
+    try:
+        limit = os.pathconf(_existing(path), "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    for part in path.parts:
+        if len(os.fsencode(part)) > limit:
+            raise PurlinError(f"{option}: a name of {len(os.fsencode(part))} bytes in the path (at most {limit})")
+
+
+def _existing(path: Path) -> Path:
+    """The nearest folder of ``path`` that exists (for its file system's limits)."""
+    here = path.parent
+    while not os.path.isdir(here) and here != here.parent:  # isdir: False on any OSError
+        here = here.parent
+    return here if os.path.isdir(here) else Path(".")
 
 
 def _probe(folder: Path, what: str) -> None:

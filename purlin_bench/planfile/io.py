@@ -17,11 +17,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from purlin_bench.atomic import write_text_atomic
 from purlin_bench.config import RunConfig
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.planfile.model import KIND, SCHEMA_VERSION, ArtifactError, PlanArtifact, PlanEntry, SweepRef
-from purlin_bench.textfile import read_text
+from purlin_bench.textfile import parse_json, read_text, write_output
+from purlin_bench.planfile.checks import check_content
 from purlin_bench.planfile.schema import plan_schema
 from purlin_bench.spec.loader import CollectiveSpec, builtin_spec_paths
 
@@ -43,10 +43,7 @@ def load_plan_file(path: str | Path, spec: CollectiveSpec | None = None) -> Plan
     a user's spec file (a built-in collective needs none)."""
     path = Path(path)
     text = read_text(path, ArtifactError, "corrupt plan")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: corrupt plan: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    data = parse_json(text, f"{path}: corrupt plan", ArtifactError)
     return parse_plan(data, str(path), spec)
 
 
@@ -113,6 +110,7 @@ def validate_plan_data(data: Any, source: str, spec: CollectiveSpec | None = Non
             field = where.rsplit(".", 1)[-1]
             raise fail(where, f"{value} is not a finite {'positive ' if field in _TIMES else ''}number")
     _check_entries(data["entries"], fail)
+    check_content(data, fail)
     _check_collective(data["collective"], spec, fail)
 
 
@@ -255,7 +253,7 @@ def plan_text(plan: PlanArtifact, source: str, spec: CollectiveSpec | None = Non
 
 def write_plan(plan: PlanArtifact, path: str | Path, spec: CollectiveSpec | None = None) -> None:
     """Check ``plan`` as :func:`load_plan_file` would, then write it atomically."""
-    write_text_atomic(path, plan_text(plan, str(path), spec))
+    write_output(path, plan_text(plan, str(path), spec), make_folder=True)
 
 
 __all__ = ["load_plan_file", "parse_plan", "plan_path", "plan_text", "validate_plan_data", "write_plan"]
