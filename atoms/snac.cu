@@ -36,6 +36,16 @@ typedef unsigned short u16;
 
 enum { OP_NONE = 0, OP_COPY = 1, OP_REDUCE = 2 };
 enum { ST_OK = 0, ST_TIMEOUT = 1 };
+// A launch's status words (host-mapped, so a caller reads them without a
+// sync): [0] ST_TIMEOUT once a wait of this launch timed out, [1..7] where
+// and on what, [8] 1 once a block of this launch left an aborted call (its
+// own wait timed out, or another's, of any rank), [9] the address of the
+// process's summary word, set to 1 then too (0: none). Plain stores only: host memory has no
+// atomics we may count on, so the first timeout is chosen by the CAS on the
+// abort word (purlin_bench/backends/cupy/status.py reads them).
+#define STATUS_WORDS 16
+#define STATUS_ABORTED 8
+#define STATUS_SUMMARY 9
 
 struct Op {  // 608 bytes; mirrored by OP_DTYPE in purlin_bench/executors/cupy_lower.py
     i64 count;
@@ -108,26 +118,15 @@ template <> __device__ __forceinline__ int combine<int>(int a, int b) {
 }
 
 // ------------------------------------------------------------- memory primitives
-// PURLIN_LD_HINT: an optional qualifier for vector loads, e.g. ".L2::256B" (L2 prefetch size).
-#ifndef PURLIN_LD_HINT
-#define PURLIN_LD_HINT ""
-#endif
 // Loads bypass L1 (.cg): data produced by another block or GPU in this launch
 // must come from L2 or the peer, never from a stale L1 line.
 __device__ __forceinline__ uint4 ld_vec(const void* p) {
     uint4 v;
-    asm volatile("ld.global.cg" PURLIN_LD_HINT ".v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
     return v;
 }
-// PURLIN_ST_HINT: an optional qualifier for vector stores, e.g. ".cs" (streaming:
-// evict first) or ".L1::no_allocate": a fan-out writes each vector it reads to
-// every consumer, so its traffic is almost all stores. Any hint keeps stores
-// coherent at L2, where the release of the notify that follows orders them.
-#ifndef PURLIN_ST_HINT
-#define PURLIN_ST_HINT ""
-#endif
 __device__ __forceinline__ void st_vec(void* p, uint4 v) {
-    asm volatile("st.global" PURLIN_ST_HINT ".v4.u32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+    asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};" :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 template <class S> __device__ __forceinline__ S ld_one(const S* p);
 template <> __device__ __forceinline__ float ld_one<float>(const float* p) { float v; asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p)); return v; }
@@ -161,6 +160,39 @@ __device__ __forceinline__ u64 now_ns() {
     return t;
 }
 
+// This launch's waits left an aborted call: say so where the host reads it.
+// Called by thread 0 of a block leaving an aborted call (its own wait timed
+// out, or it saw the abort word): at the exit, not in the spin loop, whose
+// registers are at the cap already.
+__device__ __forceinline__ void mark_aborted(i64* status) {
+    *(volatile i64*)(status + STATUS_ABORTED) = 1;
+    i64* summary = (i64*)*(volatile u64*)(status + STATUS_SUMMARY);
+    if (summary) *(volatile i64*)summary = 1;
+    __threadfence_system();
+}
+
+// Test mode (PURLIN_JITTER_NS > 0): a block sleeps a pseudo-random time,
+// the same for all its threads (so no barrier is added or needed), keyed by
+// block, call, step and place, so that blocks and ranks reach each step in
+// orders a quiet GPU never shows. A quarter of the draws sleep, up to
+// PURLIN_JITTER_NS each. Off (0) it compiles to nothing.
+#ifndef PURLIN_JITTER_NS
+#define PURLIN_JITTER_NS 0
+#endif
+#ifndef PURLIN_JITTER_SEED
+#define PURLIN_JITTER_SEED 1
+#endif
+__device__ __forceinline__ void jitter(u64 epoch, int step, int where) {
+#if PURLIN_JITTER_NS > 0
+    u32 h = (u32)PURLIN_JITTER_SEED * 0x9E3779B1u ^ (u32)blockIdx.x * 0x85EBCA77u ^ (u32)epoch * 0xC2B2AE3Du
+            ^ (u32)step * 0x27D4EB2Fu ^ (u32)where * 0x165667B1u;
+    h ^= h >> 15; h *= 0x2C1B3C6Du; h ^= h >> 12; h *= 0x297A2D39u; h ^= h >> 15;
+    if ((h & 3u) == 0) __nanosleep((h >> 2) % (u32)PURLIN_JITTER_NS);
+#else
+    (void)epoch; (void)step; (void)where;
+#endif
+}
+
 // A program with no reduction runs a kernel built without the reduce code
 // (PURLIN_COPY_ONLY=1): 72-95 registers instead of the cap of 128, and
 // small copies 1-5% faster on the H200 (docs/perf/survey/kernel-ab.log).
@@ -168,18 +200,6 @@ __device__ __forceinline__ u64 now_ns() {
 #define PURLIN_COPY_ONLY 0
 #endif
 #define IS_REDUCE(kind) (!PURLIN_COPY_ONLY && (kind) == OP_REDUCE)
-// Switches for scripts/kernel_ab.py, which times the kernel with and without
-// each of the small-message paths below; both are on.
-#ifndef PURLIN_SHORT_REDUCE
-#define PURLIN_SHORT_REDUCE 1
-#endif
-#ifndef PURLIN_SHARED_BASES
-#define PURLIN_SHARED_BASES 1
-#endif
-// ... and the copy-only build's software pipeline (off: see move_op).
-#ifndef PURLIN_PIPELINE
-#define PURLIN_PIPELINE 0
-#endif
 // Sources a small reduction loads per round (one vector or element each).
 // 1 (one load at a time, as before) where ptxas would spill at the
 // 128-register cap: float64, and 16-bit types below sm_90 (not measured on
@@ -288,41 +308,12 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
         // Elements before the first 16-byte boundary and after the last full vector go one by one.
         i64 nvec = (count - head) / VEC;
         i64 tail = head + nvec * VEC;
-#if PURLIN_SHORT_REDUCE && PURLIN_UNROLL == 2 && SHORT_BATCH > 1
+#if PURLIN_UNROLL == 2 && SHORT_BATCH > 1
         // Only at U=2, the reductions' default: at U=1 the main loop already
         // loads 8 sources a round, and at U=4 it leaves no registers for this
         // path (ptxas spills).
         if (IS_REDUCE(kind) && nvec <= stride) {
             if (tid < nvec) reduce_one_vector(nsrc, ndst, src, dst, (head + tid * VEC) * (i64)sizeof(S));
-        } else
-#endif
-#if PURLIN_PIPELINE && PURLIN_COPY_ONLY
-        // Copies issue the next round's loads before this round's stores, so a
-        // load's latency hides behind the stores: a fan-out's round is one
-        // load and ndst stores a vector, and with the loads after the stores
-        // (the default order) each thread waits a full memory round trip per
-        // round. Only program order changes (ld_vec and st_vec are volatile
-        // asm, which the compiler keeps in order): what an op may read while
-        // it writes is the same as before. Only in the copy-only build: in the
-        // full one at unroll 4 the second round's registers spill on sm_100.
-        // An experiment (scripts/kernel_ab.py "now-pipelined"); the default
-        // build does not contain it.
-        if (!IS_REDUCE(kind)) {
-            Vec cur[U];
-            load_vecs<U>(cur, src[0], head, tid, stride, nvec);
-            for (i64 v = tid; v < nvec; v += stride * U) {
-                Vec next[U];
-                load_vecs<U>(next, src[0], head, v + stride * U, stride, nvec);
-                for (int d = 0; d < ndst; ++d) {
-#pragma unroll
-                    for (int k = 0; k < U; ++k) {
-                        i64 at = v + k * stride;
-                        if (at < nvec) st_vec(dst[d] + (head + at * VEC) * sizeof(S), cur[k].u);
-                    }
-                }
-#pragma unroll
-                for (int k = 0; k < U; ++k) cur[k] = next[k];
-            }
         } else
 #endif
         for (i64 v = tid; v < nvec; v += stride * U) {
@@ -402,7 +393,6 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
     const u64 target = epoch * (u64)B;
     const i64 tid = (i64)bi * blockDim.x + threadIdx.x;
     const i64 stride = (i64)B * blockDim.x;
-#if PURLIN_SHARED_BASES
     // The slice base table, fetched while the group's first op is still
     // being read: resolving an address is then a shared-memory lookup, one
     // global round trip less on every op's critical path.
@@ -412,16 +402,15 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
         for (int t = threadIdx.x; t < nbases; t += blockDim.x) s_bases[t] = bases[t];
     __syncthreads();
     char* const* base_of = shared_bases ? (char* const*)s_bases : bases;
-#else
-    char* const* base_of = bases;
-#endif
 
     for (int o = g.begin; o < g.end; ++o) {
         const Op* op = ops + o;
         const int half = o & 1;
         const int nwait = op->nwait, kind = op->op, nsrc = op->nsrc, ndst = op->ndst;
+        jitter(epoch, op->step, 0);
         if (threadIdx.x == 0) {
             int aborted = 0;
+            if (nwait) jitter(epoch, op->step, 1);
             for (int w = 0; w < nwait && !aborted; ++w) {
                 const u64* flag = (const u64*)op->wait[w];
                 u64 start = now_ns(), seen = 0;
@@ -463,7 +452,10 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
             }
         }
         const int aligned = __syncthreads_and(same) && (mis % (i64)sizeof(S)) == 0;
-        if (s_abort[half]) return;
+        if (s_abort[half]) {
+            if (threadIdx.x == 0) mark_aborted(status);
+            return;
+        }
         if (kind != OP_NONE) {
             const i64 count = op->count;
             i64 head = aligned ? ((16 - mis) & 15) / (i64)sizeof(S) : 0;
@@ -473,6 +465,7 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
         if (op->nnotify) {
             __syncthreads();  // the whole block's writes happen before the release
             if (threadIdx.x == 0) {
+                jitter(epoch, op->step, 2);
                 fence_release();
                 for (int k = 0; k < op->nnotify; ++k) red_release((u64*)op->notify[k]);
             }

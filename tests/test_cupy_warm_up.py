@@ -28,19 +28,25 @@ def test_kernel_settings_become_the_builds_defines(monkeypatch):
     from purlin_bench.backends.cupy.executor import KernelSettings
 
     assert KernelSettings().defines() == ()
-    assert KernelSettings(ld_hint=".L2::256B", st_hint=".cs", short_reduce=False, shared_bases=False, short_batch=1, pipeline=True).defines() == (
-        '-DPURLIN_LD_HINT=".L2::256B"', '-DPURLIN_ST_HINT=".cs"', "-DPURLIN_SHORT_REDUCE=0", "-DPURLIN_SHARED_BASES=0", "-DSHORT_BATCH=1", "-DPURLIN_PIPELINE=1",
-    )
-    # the copies' occupancy bound reaches copy-only builds only, scaled to the block size
-    wide = KernelSettings(copy_sm_threads=1024)
-    assert wide.defines(copy_only=True, threads=512) == ("-DPURLIN_MIN_BLOCKS=2",)
-    assert wide.defines(copy_only=True, threads=128) == ("-DPURLIN_MIN_BLOCKS=8",)
-    assert wide.defines(copy_only=False, threads=512) == () and KernelSettings().defines(True, 512) == ()
-    assert (wide.blocks_per_sm(512, True), wide.blocks_per_sm(512, False), KernelSettings().blocks_per_sm(128, True)) == (2, 1, 4)
+    # the test mode's jitter is the only switch left, and it reaches every build
+    jittery = KernelSettings(jitter_ns=2000, jitter_seed=7)
+    assert jittery.defines() == jittery.defines(copy_only=True, threads=128) == ("-DPURLIN_JITTER_NS=2000", "-DPURLIN_JITTER_SEED=7")
     # the warm-up builds the variants a backend with those settings runs
     built = []
-    backend = CupyBackend(2, settings=KernelSettings(shared_bases=False))
+    backend = CupyBackend(2, settings=jittery)
     backend._world = SimpleNamespace(devices=(0, 0), sys_scope=False)
     monkeypatch.setattr(atoms, "snac_kernel", lambda *args: built.append(args))
     backend.warm_up("float32", "sum")
-    assert {a[7] for a in built} == {("-DPURLIN_SHARED_BASES=0",)}
+    assert {a[7] for a in built} == {("-DPURLIN_JITTER_NS=2000", "-DPURLIN_JITTER_SEED=7")}
+
+
+def test_jitter_comes_from_the_environment_checked():
+    from purlin_bench.backends.cupy.executor import KernelSettings
+    from purlin_bench.errors import PurlinError
+
+    assert KernelSettings.from_environ({}) == KernelSettings()
+    assert KernelSettings.from_environ({"PURLIN_JITTER": "500", "PURLIN_JITTER_SEED": "3"}) == KernelSettings(jitter_ns=500, jitter_seed=3)
+    # every process of a run reads the same variables, so a backend made without settings takes them
+    for bad in ("-1", "abc", "2000000", "1e3"):
+        with pytest.raises(PurlinError, match="PURLIN_JITTER must be an integer"):
+            KernelSettings.from_environ({"PURLIN_JITTER": bad})

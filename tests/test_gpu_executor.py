@@ -105,18 +105,17 @@ def test_datapath_parameters(executor, exec_params):
 
 
 @pytest.mark.parametrize("exec_params", [{"blocks": 1, "threads": 128, "unroll": 1}, {"blocks": 4, "unroll": 4}], ids=["1x128-u1", "4x512-u4"])
-def test_the_pipelined_copy_experiment_stays_correct(exec_params):
-    """KernelSettings(pipeline=True), scripts/kernel_ab.py's "now-pipelined":
-    counts of many rounds per thread, a ragged last round and scalar edges,
-    copies with one and with eight destinations, in and out of place, and a
-    reduction (which keeps the unpipelined loop) in the same build."""
+def test_jitter_keeps_the_interpreter_exact(exec_params):
+    """The interpreter with the test mode's random delays per block and step,
+    fused and one launch per rank, copies and reductions, in and out of place."""
     from purlin_bench.backends.cupy.executor import KernelSettings
 
-    pipelined = PerRanks(timeout_s=5.0, settings=KernelSettings(pipeline=True))
-    for name, strategy in (("all-gather", "push"), ("broadcast", "two-shot"), ("all-to-all", "push"), ("scatter", "direct"), ("all-reduce", "two-shot")):
-        for count in (1, 1001, 65539, 1 << 20):
-            _check(pipelined, load_builtin(name), 8, count, "float32", strategy, exec_params=exec_params)
-        _check(pipelined, load_builtin(name), 3, 70001, "bfloat16", strategy, inplace=name != "all-to-all", exec_params=exec_params)
+    shaken = KernelSettings(jitter_ns=4000, jitter_seed=3)
+    for executor in (PerRanks(timeout_s=5.0, settings=shaken), PerRanks(timeout_s=5.0, settings=shaken, split_launches=True)):
+        for name, strategy in (("all-gather", "push"), ("broadcast", "two-shot"), ("all-to-all", "ring"), ("reduce-scatter", "ring"), ("all-reduce", "two-shot")):
+            for count in (1, 1001, 65539):
+                _check(executor, load_builtin(name), 4, count, "float32", strategy, exec_params=exec_params)
+            _check(executor, load_builtin(name), 3, 70001, "bfloat16", strategy, inplace=name != "all-to-all", exec_params=exec_params)
 
 
 def test_split_launches_run_the_multi_gpu_protocol():

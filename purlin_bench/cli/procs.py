@@ -19,7 +19,12 @@ from purlin_bench.errors import PurlinError
 
 # Options the launcher consumes: the children get the command without them.
 _LAUNCH_OPTIONS = ("--procs", "--gpus")
+_LAUNCH_FLAGS = ("--mps",)
 PROCS_HELP = "one process per rank: comma list of process counts, one run each (ranks on --gpus round-robin, several per GPU allowed); under torchrun leave it out"
+MPS_HELP = (
+    "with --procs: run the ranks under a CUDA MPS daemon of this run's own (private pipe and log folders, stopped at the"
+    " end), so processes sharing a GPU run concurrently instead of time-sliced"
+)
 
 
 # The commands that run one process per rank; any other command line, even
@@ -121,14 +126,24 @@ def check_procs(counts: list[int], backend, ranks: str | None, outputs: dict[str
         raise PurlinError("--procs N runs N ranks, one per process: leave out --ranks")
 
 
-def launch(counts: list[int], gpus: list[int] | None, argv: list[str]) -> int:
-    """Run ``purlin ARGV`` (less --procs and --gpus) once per count in
-    ``counts``, each as that many processes; the first failure's exit code."""
-    from purlin_bench.dist.launch import launch as start
-
+def launch(counts: list[int], gpus: list[int] | None, argv: list[str], mps: bool = False) -> int:
+    """Run ``purlin ARGV`` (less --procs, --gpus and --mps) once per count in
+    ``counts``, each as that many processes (under a private MPS daemon
+    with ``mps``); the first failure's exit code."""
     if in_run() is not None:
         raise PurlinError("--procs starts its own processes; under torchrun (or inside a run) leave it out")
-    child = [a for a in _without(argv, _LAUNCH_OPTIONS)]
+    if not mps:
+        return _launch(counts, gpus, argv)
+    from purlin_bench.dist.mps import PrivateMps
+
+    with PrivateMps():
+        return _launch(counts, gpus, argv)
+
+
+def _launch(counts: list[int], gpus: list[int] | None, argv: list[str]) -> int:
+    from purlin_bench.dist.launch import launch as start
+
+    child = [a for a in _without(argv, _LAUNCH_OPTIONS) if a not in _LAUNCH_FLAGS]
     # Rank 0 records the command a user typed (results files say it).
     environ = {**os.environ, "PURLIN_COMMAND": json.dumps(argv)}
     from purlin_bench.backends.procs import watchdog_s

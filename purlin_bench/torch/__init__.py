@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from purlin_bench.errors import ExecutionError, PurlinError
+from purlin_bench.errors import ExecutionError, PurlinError, WatchdogTimeout
 from purlin_bench.spec.loader import resolve
 
 __all__ = ["Communicator"]
@@ -75,6 +75,7 @@ class Communicator:
         self._idents: dict[tuple, tuple] = {}  # (collective, x and out sizes, dtype, op, root) -> that key
         self._specs: dict[str, Any] = {}
         self._closed = False
+        self._failure: str | None = None  # set once a call failed: every later call raises it
         cls = gpu_backend()  # before any rank waits on another: every rank fails alike here
         self.group, self._server = join_group(tdist, group, self.rank, self.size, self.timeout_s)
         try:
@@ -113,15 +114,27 @@ class Communicator:
         self.close()
 
     def check(self) -> None:
-        """Wait for torch's current stream, then raise ExecutionError
-        (WatchdogTimeout) if any call of any prepared collective timed out
-        (a peer that never came). Syncs: call it outside hot paths."""
+        """Wait for torch's current stream, then raise WatchdogTimeout if any
+        call of any prepared collective timed out or was aborted (a peer
+        that never came). Syncs: call it outside hot paths; every call
+        checks the same without a sync, for the calls enqueued before it."""
         if self._torch.cuda.is_current_stream_capturing():
             raise PurlinError("Communicator.check synchronizes: not during CUDA graph capture")
         self._torch.cuda.current_stream(self.device).synchronize()
-        with self.backend.guard():
-            for p in self._prepared.values():
-                p.runner.check_status()
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        """Raise the first failure any call recorded; once one did, this
+        communicator is spent (its peers' flags are in an unknown state),
+        as a torch NCCL communicator is after a watchdog abort."""
+        if self._failure is None and self.backend.faulted():
+            said = next((f for f in (p.runner.failure() for p in self._prepared.values()) if f), None)
+            self._failure = said or "a call of another communicator of this process timed out"
+        if self._failure is not None:
+            raise WatchdogTimeout(
+                f"rank {self.rank}: an earlier call failed ({self._failure}); its outputs are not data, and this"
+                " communicator cannot run more calls: make a new one"
+            )
 
     # -- dispatch --------------------------------------------------------------
     def should_use(self, tensor: Any, collective: str = "all-reduce") -> bool:
@@ -194,6 +207,8 @@ class Communicator:
     def _call(self, collective: str, x, out, root: int, op: str | None):
         if self._closed:
             raise PurlinError("this Communicator is closed")
+        # An earlier call's failure first: one memory read, no sync.
+        self._raise_if_failed()
         dtype = self._check(x, "x")
         if out is not None and (self._check(out, "out") != dtype):
             raise PurlinError(f"out is {out.dtype}, x is {x.dtype}: they must match")
@@ -275,7 +290,7 @@ class Communicator:
                     rt.memcpyAsync(out.data_ptr(), p.out_ptr, p.out_bytes, rt.memcpyDeviceToDevice, s)
                 if self.debug and not self._torch.cuda.is_current_stream_capturing():
                     stream.synchronize()
-                    p.runner.check_status()
+                    self._raise_if_failed()
         except PurlinError:
             raise
         except RuntimeError as exc:  # torch's own CUDA errors

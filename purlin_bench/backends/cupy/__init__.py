@@ -51,12 +51,15 @@ class CupyBackend(Backend):
     params = PARAMS
     runs_in_procs = True
 
-    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, procs: Any = None, timeout_s: float | None = None, split_launches: bool = False, settings: KernelSettings = KernelSettings()):
+    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, procs: Any = None, timeout_s: float | None = None, split_launches: bool = False, settings: KernelSettings | None = None):
         super().__init__(ranks, gpus, seed, procs)
         if timeout_s is None:
             # Ranks in processes time-slice one GPU (milliseconds a wait):
             # their watchdog gets the run's bound, not the one-launch 5 s.
             timeout_s = max(DEFAULT_TIMEOUT_S, procs.watchdog_s) if procs else DEFAULT_TIMEOUT_S
+        # The test mode's jitter comes from the environment, so that every
+        # process of a run (they share it) builds the same kernels.
+        settings = KernelSettings.from_environ() if settings is None else settings
         self.timeout_s, self.split_launches, self.settings = timeout_s, split_launches, settings
         self._world = None
 
@@ -65,7 +68,7 @@ class CupyBackend(Backend):
         try:
             import cupy
         except ImportError:
-            return "CuPy is not installed (pip install 'purlin-bench[cuda13]')"
+            return "CuPy is not installed (in a checkout: pip install -e '.[cuda13]', or '.[cuda12]' for CUDA 12)"
         try:
             n = cupy.cuda.runtime.getDeviceCount()
         except Exception as exc:  # CuPy raises its own CUDARuntimeError types
@@ -186,6 +189,13 @@ class CupyBackend(Backend):
                         built += 1
         return built
 
+    def faulted(self) -> bool:
+        """Whether a call of any runner of this process recorded a timeout or
+        an abort not yet reset (a host-memory read: no sync)."""
+        from purlin_bench.backends.cupy import status
+
+        return bool(status._pool) and status.pool().faulted()
+
     def guard(self) -> "device_errors":
         return device_errors()
 
@@ -237,7 +247,7 @@ class CupyBackend(Backend):
         blocks = group_blocks(checked["blocks"], auto, useful_blocks([low], itemsize, checked["threads"]), self.settings.cap_blocks)
         copy_only = self.settings.copy_only_build and copies_only([low])
         options = compile_options(program.dtype, program.redop or "sum", checked["unroll"], checked["threads"], False, copy_only, self.settings.defines(copy_only, checked["threads"]))
-        return with_options(options, generate(low, program.ranks, blocks, source_text(), BaseLayout.of(program, itemsize), MAX_BUILD_WEIGHT if bounded else None, self.settings.prune_params))
+        return with_options(options, generate(low, program.ranks, blocks, source_text(), BaseLayout.of(program, itemsize), MAX_BUILD_WEIGHT if bounded else None, jitter=bool(self.settings.jitter_ns)))
 
     def reference(self, runner: CupyRunner, inst: Instance, inputs: Sequence[np.ndarray]):
         from purlin_bench.backends.cupy.check import DeviceReference

@@ -23,7 +23,6 @@ options and the toolkit, so a program compiles once per machine.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -178,21 +177,23 @@ def _flags(ids: Sequence[int]) -> str:
     return ", ".join(f"f{int(i) >> 20} + {int(i) & 0xFFFFF}" for i in ids)
 
 
-def _wait_code(op, h: int, rank: int, channel: int) -> str:
+def _wait_code(op, h: int, rank: int, channel: int, jitter: bool = False) -> str:
     ids = [int(x) for x in op["wait_id"][: int(op["nwait"])]]
     return (
-        f"u64* const w[{len(ids)}] = {{{_flags(ids)}}}; const int id[{len(ids)}] = {{{', '.join(map(str, ids))}}};"
+        (f"jitter(epoch, {int(op['step'])}, 1); " if jitter else "")
+        + f"u64* const w[{len(ids)}] = {{{_flags(ids)}}}; const int id[{len(ids)}] = {{{', '.join(map(str, ids))}}};"
         f" s_abort[{h}] = purlin_wait<{len(ids)}>(w, id, target, timeout_ns, abort_flag, status, {rank}, {channel}, {int(op['step'])});"
     )
 
 
-def _notify_code(op) -> list[str]:
+def _notify_code(op, jitter: bool = False) -> list[str]:
     ids = [int(x) for x in op["notify"][: int(op["nnotify"])]]
     if not ids:
         return []
+    delay = f"jitter(epoch, {int(op['step'])}, 2); " if jitter else ""
     return [
         "    __syncthreads();  // the whole block's writes happen before the release",
-        f"    if (threadIdx.x == 0) {{ fence_release(); {' '.join(f'red_release({_flags([i])});' for i in ids)} }}",
+        f"    if (threadIdx.x == 0) {{ {delay}fence_release(); {' '.join(f'red_release({_flags([i])});' for i in ids)} }}",
     ]
 
 
@@ -225,11 +226,13 @@ def _ordered_without_barrier(before, op, layout: BaseLayout) -> bool:
     return True
 
 
-def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: BaseLayout) -> list[str]:
+def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: BaseLayout, jitter: bool = False) -> list[str]:
     """A group's ops with every slice address and vector split a constant:
     no per-op setup by thread 0, no pointers through shared memory, and a
     barrier only where one orders something (after a wait, before a
-    notify, between ops that hand elements from thread to thread)."""
+    notify, between ops that hand elements from thread to thread).
+    ``jitter`` adds the test mode's delays (snac.cu's jitter()) at each op's
+    start, before each wait and before each notify, and no barrier."""
     lines: list[str] = []
     moved: list = []  # ops since the last barrier
     waits = 0
@@ -238,14 +241,16 @@ def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: Base
         kind, count = int(op["op"]), int(op["count"])
         nwait, nsrc, ndst = int(op["nwait"]), int(op["nsrc"]), int(op["ndst"])
         lines.append(f"    // step {int(op['step'])}: {_what(op)}")
+        if jitter:
+            lines.append(f"    jitter(epoch, {int(op['step'])}, 0);")
         if nwait:
             # s_abort by the parity of the group's waits: thread 0 sets wait
             # w+1's word while a slower thread may still read wait w's, but
             # every wait has a barrier, so never wait w-1's.
             h, waits = waits & 1, waits + 1
-            lines.append(f"    if (threadIdx.x == 0) {{ {_wait_code(op, h, rank, channel)} }}")
+            lines.append(f"    if (threadIdx.x == 0) {{ {_wait_code(op, h, rank, channel, jitter)} }}")
             lines.append("    __syncthreads();")
-            lines.append(f"    if (s_abort[{h}]) return;")
+            lines.append(f"    if (s_abort[{h}]) {{ if (threadIdx.x == 0) mark_aborted(status); return; }}")
             moved = []
         elif kind != OP_NONE and not _ordered_without_barrier(moved, op, layout):
             lines.append("    __syncthreads();  // this op reads or writes elements another thread moved")
@@ -261,20 +266,23 @@ def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: Base
                 f" move_op<PURLIN_UNROLL>({_KIND[kind]}, {count}ll, {nsrc}, {ndst}, src, dst, {str(aligned).lower()}, {head}, tid, stride); }}"
             )
             moved.append(op)
-        notify = _notify_code(op)
+        notify = _notify_code(op, jitter)
         if notify:
             lines.extend(notify)
             moved = []
     return lines
 
 
-def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout: BaseLayout, max_weight: int | None = MAX_BUILD_WEIGHT, prune: bool = False) -> str:
+def generate(
+    lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout: BaseLayout,
+    max_weight: int | None = MAX_BUILD_WEIGHT, jitter: bool = False,
+) -> str:
     """The CUDA C++ of one launch: ``lowered`` must carry flag ids
     (``lower(..., flag_address=flag_id)``) where the interpreter has addresses,
     and ``layout`` says where its slice bases lie. ``max_weight`` None
     generates past the build bound (scripts/build_time.py times those builds).
-    ``prune`` leaves out the slice and flag bases the code never names
-    (``params_of`` reads which stay)."""
+    ``jitter`` adds the test mode's delays (built only with PURLIN_JITTER_NS).
+    """
     weight = build_weight(lowered)
     if max_weight is not None and weight > max_weight:
         raise CapacityError(
@@ -291,6 +299,8 @@ def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout
         out.append("  const u64 epoch = epochs[blockIdx.x] + 1;")
         out.append("  const u64 target = epoch * (u64)B;")
         out.append("  (void)target;  // a program with notifies but no waits")
+    elif jitter:
+        out.append("  const u64 epoch = epochs[blockIdx.x];  // the jitter's key; nothing else counts calls here")
     else:
         # No flag is waited on or bumped: the epoch word would count nothing.
         out.append("  (void)epochs;")
@@ -300,16 +310,13 @@ def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout
     out.append("  switch (blockIdx.x / B) {")
     for g, (begin, end, rank, channel) in enumerate(lowered.groups.tolist()):
         out.append(f"  case {g}: {{  // rank {rank} channel {channel}")
-        out.extend(_group_code(ops, begin, end, rank, channel, layout))
+        out.extend(_group_code(ops, begin, end, rank, channel, layout, jitter))
         out.append("  } break;")
     out.append("  }")
     if flagged:
         out.append("  if (threadIdx.x == 0) epochs[blockIdx.x] = epoch;")
     out.append("}")
     names = [f"b{i}" for i in range(3 * ranks)] + [f"f{r}" for r in range(ranks)]
-    if prune:
-        used = set(_PARAM_NAME.findall("\n".join(out)))
-        names = [n for n in names if n in used]
     # No __restrict__ on the bases: in place, an output base points into its input.
     params = [f"{'char' if n[0] == 'b' else 'u64'}* {n}" for n in names]
     head = [primitives(snac_source), _PROLOGUE, f"// {len(lowered.groups)} groups, {len(ops)} ops, {blocks} blocks a group"]
@@ -320,7 +327,6 @@ def generate(lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout
     return "\n".join(head + out) + "\n"
 
 
-_PARAM_NAME = re.compile(r"\b([bf]\d+)\b")
 _OPTIONS_LINE = "// nvrtc "
 
 

@@ -12,19 +12,23 @@ process can run the next collective.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from purlin_bench.backends.cupy.atoms import snac_kernel
 from purlin_bench.backends.cupy.compiled import BASE_ALIGN
 from purlin_bench.backends.cupy.lower import OP_REDUCE, Lowered, buffer_index, flag_id, lower
+from purlin_bench.backends.cupy.occupancy import blocks_per_sm, resident_share
+from purlin_bench.backends.cupy.status import describe as describe_status
+from purlin_bench.backends.cupy.status import pool as status_pool
 from purlin_bench.backends.cupy.timing import Candidate
 from purlin_bench.backends.cupy.world import World
 from purlin_bench.config import Param
 from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import ExecutionError, WatchdogTimeout
+from purlin_bench.errors import ExecutionError, PurlinError, WatchdogTimeout
 from purlin_bench.program.model import FlagRef, Program, Ref
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -33,56 +37,56 @@ MAX_BLOCKS = 32
 
 @dataclass(frozen=True)
 class KernelSettings:
-    """Experiment switches of the Atom datapath, scoped to one backend
-    instance (scripts/datapath_survey.py and kernel_ab.py set them; the
-    defaults are what users run). Not tuner parameters: each was measured
-    once and settled (docs/performance.md)."""
+    """Datapath settings scoped to one backend instance: the measured
+    defaults users run, and the test mode's jitter. Each default was measured
+    once and settled (docs/decisions.md); switches measured and rejected
+    (load and store hints, a software pipeline, 1024-thread copy builds,
+    pruned parameters) were deleted with their kernel branches."""
 
     # Auto block count: one block per this many bytes a step moves (read plus
     # written), so that small steps stay on few SMs and large ones fill the GPU.
     # On the H200 256 KiB left 1 MiB collectives latency-bound (all-to-all 48 us);
     # 8 KiB (about one pass of a 512-thread block) gave 15 us, with no change at
-    # 4-64 KiB (docs/perf/survey/survey-mid.log).
+    # 4-64 KiB (docs/decisions.md).
     auto_block_bytes: int = 8 * 1024
     # Programs that never reduce run a build without the reduce code.
     copy_only_build: bool = True
     # A requested block count is a ceiling at what the data can use.
     cap_blocks: bool = True
-    # The switches of atoms/snac.cu (see its comments): a qualifier for
-    # vector loads (e.g. ".L2::256B"), the small-reduction path, slice bases
-    # in shared memory, and how many sources a small reduction loads per
-    # round (None: the kernel's own choice per dtype).
-    ld_hint: str = ""
-    st_hint: str = ""  # the same for vector stores (e.g. ".cs"): an experiment of the fan-outs' bandwidth
-    short_reduce: bool = True
-    shared_bases: bool = True
-    short_batch: int | None = None
-    pipeline: bool = False  # copies load a round ahead of their stores: an experiment of the fan-outs' bandwidth
-    # Threads an SM a copy-only build promises to fit (its launch bounds'
-    # minimum blocks): None keeps snac.cu's 512, which leaves the copy
-    # kernels at one 512-thread block an SM and so caps a launch of 8 groups
-    # at 16 blocks a group. The copy-only builds need 40-64 registers at 1024
-    # (nvcc, sm_90): an experiment of the fan-outs' and copies' bandwidth.
-    copy_sm_threads: int | None = None
-    # The compiled kernel takes only the bases its code names (a gather: 9
-    # of 32): gather_gap's bare kernel ran 0.06-0.07 us slower at 256 B with
-    # purlin's 36 parameters than with its own 9 (not at 1 KiB). An experiment.
-    prune_params: bool = False
+    # Test mode: every block sleeps up to this many ns at random points of
+    # every step (atoms/snac.cu, jitter()), keyed by ``jitter_seed``, so a race
+    # between blocks or ranks shows on a quiet GPU. 0: off (the default
+    # build has no such code). From PURLIN_JITTER / PURLIN_JITTER_SEED.
+    jitter_ns: int = 0
+    jitter_seed: int = 1
 
-    def blocks_per_sm(self, threads: int, copy_only: bool) -> int:
-        """The launch bounds' minimum blocks an SM of a build."""
-        return max(1, (self.copy_sm_threads if copy_only and self.copy_sm_threads else 512) // threads)
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> "KernelSettings":
+        """The defaults, with the jitter PURLIN_JITTER (ns, 0-1000000) and
+        PURLIN_JITTER_SEED (an integer) ask for; a bad value is one line."""
+        env = os.environ if environ is None else environ
+        ns = _int_env(env, "PURLIN_JITTER", 0, 1_000_000)
+        seed = _int_env(env, "PURLIN_JITTER_SEED", 0, 2**31 - 1, default=1)
+        return cls(jitter_ns=ns, jitter_seed=seed)
 
     def defines(self, copy_only: bool = False, threads: int = 512) -> tuple[str, ...]:
         """The nvrtc options these settings add to a variant's build."""
-        out = [f'-DPURLIN_LD_HINT="{self.ld_hint}"'] if self.ld_hint else []
-        out += [f'-DPURLIN_ST_HINT="{self.st_hint}"'] if self.st_hint else []
-        out += [] if self.short_reduce else ["-DPURLIN_SHORT_REDUCE=0"]
-        out += [] if self.shared_bases else ["-DPURLIN_SHARED_BASES=0"]
-        out += [] if self.short_batch is None else [f"-DSHORT_BATCH={self.short_batch}"]
-        out += ["-DPURLIN_PIPELINE=1"] if self.pipeline else []
-        out += [f"-DPURLIN_MIN_BLOCKS={self.blocks_per_sm(threads, True)}"] if copy_only and self.copy_sm_threads else []
-        return tuple(out)
+        if not self.jitter_ns:
+            return ()
+        return (f"-DPURLIN_JITTER_NS={self.jitter_ns}", f"-DPURLIN_JITTER_SEED={self.jitter_seed}")
+
+
+def _int_env(env: Mapping[str, str], name: str, lo: int, hi: int, default: int = 0) -> int:
+    text = env.get(name)
+    if text is None or text == "":
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = lo - 1
+    if not lo <= value <= hi:
+        raise PurlinError(f"{name} must be an integer from {lo} to {hi}, got {text!r}")
+    return value
 
 
 PARAMS = (
@@ -162,10 +166,16 @@ class _Launch:
             self.groups = cupy.asarray(lowered.groups)
             self.grid = lowered.group_count * runner.blocks
             self.epochs = cupy.zeros(max(1, self.grid), dtype=cupy.uint64)
-            self.status = cupy.zeros(8, dtype=cupy.int64)
+            self.slot = status_pool().slot()
+            self.status = self.slot.device
             self.compiled = runner.compiled and bool(lowered.group_count)
             self.kernel, self.params = runner.compiled_kernel(self.device, ranks) if self.compiled else (runner.kernel(self.device), ())
             self.stream = cupy.cuda.Stream(non_blocking=True)
+            # A launch whose blocks wait on flags relies on all of them being
+            # resident at once (a group's notify counts every block, and a
+            # rank's groups wait on each other): a cooperative launch is
+            # what guarantees that of its own grid, or fails at once.
+            self.cooperative = bool(len(lowered.ops)) and bool((lowered.ops["nwait"] > 0).any())
 
 
 class CupyRunner:
@@ -226,7 +236,7 @@ class CupyRunner:
         from purlin_bench.backends.cupy.compiled import BaseLayout, compiled_kernel, generate, params_of
 
         low = lower(self.program, ranks, self.world.fused, self.datapath, flag_id)
-        source = generate(low, self.program.ranks, self.blocks, source_text(), BaseLayout.of(self.program, self.itemsize), prune=self.settings.prune_params)
+        source = generate(low, self.program.ranks, self.blocks, source_text(), BaseLayout.of(self.program, self.itemsize), jitter=bool(self.settings.jitter_ns))
         options = compile_options(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, self.world.sys_scope, self.copy_only, self.settings.defines(self.copy_only, self.threads))
         kernel, seconds = compiled_kernel(source, options, device)
         self.build_s += seconds
@@ -242,9 +252,11 @@ class CupyRunner:
         return min(cap, data_blocks(lowered, self.itemsize, self.settings.auto_block_bytes))
 
     def _capacity(self, device: int) -> int:
-        """How many blocks of this kernel fit on ``device`` at once (an
-        occupancy bound). Waiting blocks spin, so a launch that does not fit
-        could wait forever on a block that never gets an SM: refuse it."""
+        """How many blocks of this kernel this process may have on ``device``
+        at once: the occupancy bound over the SMs it may use (an MPS client's
+        share), divided among the processes whose ranks share the GPU.
+        Waiting blocks spin, so a launch past that could wait forever on a
+        block, its own or another rank's, that never gets an SM: refuse it."""
         import cupy
 
         kernels = [launch.kernel for launch in getattr(self, "launches", ()) if launch.device == device]
@@ -253,19 +265,13 @@ class CupyRunner:
         elif self.compiled:
             # Before the compiled kernel exists (its block count is a
             # constant in it): the most its launch bounds allow (128
-            # registers a thread at 512 threads an SM, 64 for a copy-only
-            # build bound to 1024).
-            regs = 65536 // (self.threads * self.settings.blocks_per_sm(self.threads, self.copy_only))
+            # registers a thread at 512 threads an SM).
+            regs = 65536 // (self.threads * max(1, 512 // self.threads))
         else:
             regs = self.kernel(device).attributes["num_regs"]
-        attrs = {"num_regs": regs}
         dev = cupy.cuda.Device(device).attributes
-        warps = -(-self.threads // 32)
-        regs_per_warp = -(-attrs["num_regs"] * 32 // 256) * 256
-        by_regs = dev["MaxRegistersPerMultiprocessor"] // max(1, regs_per_warp * warps)
-        by_threads = dev["MaxThreadsPerMultiProcessor"] // self.threads
-        by_blocks = dev.get("MaxBlocksPerMultiprocessor", 32)
-        return dev["MultiProcessorCount"] * max(0, min(by_regs, by_threads, by_blocks))
+        per_sm = blocks_per_sm(dev, regs, self.threads)
+        return resident_share(dev["MultiProcessorCount"], per_sm, self.world.sharing, self.world.sm_percentage)
 
     def _check_coresidency(self) -> None:
         per_device: dict[int, int] = {}
@@ -274,9 +280,10 @@ class CupyRunner:
         for device, grid in per_device.items():
             cap = self._capacity(device)
             if grid > cap:
+                shared = f", {self.world.sharing} processes sharing the GPU" if self.world.sharing > 1 else ""
                 raise ExecutionError(
                     f"launch of {grid} blocks on GPU {device} could deadlock: at most {cap} fit at once "
-                    f"(blocks={self.blocks}, threads={self.threads}); use fewer blocks or channels"
+                    f"(blocks={self.blocks}, threads={self.threads}{shared}); use fewer blocks or channels"
                 )
 
     def _physical_bytes(self, rank: int, buf: str) -> int:
@@ -408,7 +415,7 @@ class CupyRunner:
                     np.uint64(self.timeout_ns), np.int32(self.blocks), np.int32(3 * self.program.ranks),
                 )
             with cupy.cuda.Device(launch.device), target:
-                launch.kernel((launch.grid,), (self.threads,), args)
+                launch.kernel((launch.grid,), (self.threads,), args, enable_cooperative_groups=launch.cooperative)
             if not single:
                 ev = cupy.cuda.Event(disable_timing=True)
                 ev.record(target)
@@ -426,26 +433,29 @@ class CupyRunner:
                 self._main_stream = cupy.cuda.Stream(non_blocking=False)
         return self._main_stream
 
+    def failure(self) -> str | None:
+        """The error an earlier call of this runner recorded, without a sync
+        (the status words are host-mapped): a timeout, or a call aborted
+        because another wait timed out. None while every call went well."""
+        for launch in self.launches:
+            said = describe_status(launch.slot.words, self.program.collective, self.program.strategy)
+            if said:
+                return said
+        return None
+
     def check_status(self) -> None:
         import cupy
 
-        for launch in self.launches:
-            with cupy.cuda.Device(launch.device):
-                status = cupy.asnumpy(launch.status)
-            if status[0]:
-                self.reset()
-                flag_rank, flag_index = int(status[4]) >> 20, int(status[4]) & 0xFFFFF
-                raise WatchdogTimeout(
-                    f"watchdog: rank {status[1]} channel {status[2]} step {status[3]} waited "
-                    f"{status[7] / 1e9:.2f} s on r{flag_rank}.flag[{flag_index}] (value {status[5]}, needed {status[6]}) "
-                    f"in {self.program.collective}/{self.program.strategy}; its notify never came"
-                )
-        if self.world.local_ranks != tuple(range(self.program.ranks)) and int(cupy.asnumpy(self.abort)[0]):
+        said = self.failure()
+        if said is None and self.world.local_ranks != tuple(range(self.program.ranks)):
             # One process per rank: another rank's watchdog raised the shared
-            # abort word (in rank 0's memory) and this rank's waits left. It
-            # fails too, so every rank resets and rank 0 clears the word.
+            # abort word (in rank 0's memory) though no wait of this rank saw it.
+            if int(cupy.asnumpy(self.abort)[0]):
+                said = f"watchdog: another rank's wait timed out in {self.program.collective}/{self.program.strategy}, and this rank's call was aborted"
+        if said is not None:
+            # Every rank resets and rank 0 clears the abort word (procs.py).
             self.reset()
-            raise WatchdogTimeout(f"watchdog: another rank's wait timed out in {self.program.collective}/{self.program.strategy}, and this rank's call was aborted")
+            raise WatchdogTimeout(said)
 
     def reset(self) -> None:
         """Zero flags, epochs, status and abort after a timeout: the next call starts clean."""
@@ -459,8 +469,9 @@ class CupyRunner:
         for launch in self.launches:
             with cupy.cuda.Device(launch.device):
                 launch.epochs.fill(0)
-                launch.status.fill(0)
         self.synchronize()
+        for launch in self.launches:
+            launch.slot.clear()
 
     def synchronize(self, stream=None) -> None:
         """Wait for ``stream`` (if given), then for every device of the world."""
@@ -496,4 +507,6 @@ class CupyRunner:
         self.synchronize()
         self._held.clear()
         self.bases = []
+        for launch in self.launches:
+            launch.slot.pool.release(launch.slot)
         self.launches = []

@@ -17,7 +17,9 @@ context on its own device, so ``devices`` is that device for every rank;
 
 from __future__ import annotations
 
+from purlin_bench.backends.cupy.occupancy import mps_percentage
 from purlin_bench.backends.cupy.world import DeviceInfo, device_info
+from purlin_bench.dist.mps import gpu_scheduling
 from purlin_bench.errors import ExecutionError
 
 
@@ -58,6 +60,11 @@ class IpcWorld:
         self.info: dict[int, DeviceInfo] = {device: device_info(device)}
         self.local_ranks = (procs.rank,)
         self.sys_scope = True  # peers are other processes (and maybe other GPUs)
+        # The ranks on this GPU are as many processes, whose kernels must
+        # all be resident at once: each sizes its grids to its share.
+        self.sharing = sum(1 for _, b in where if b == bus)
+        self.sm_percentage = mps_percentage()
+        self.scheduling = gpu_scheduling() if self.sharing > 1 else None
         self._arena: dict[tuple, object] = {}
         self._tags = 0
 
@@ -68,7 +75,10 @@ class IpcWorld:
 
     def describe(self) -> str:
         name = self.info[self.device].name
-        return f"{self.ranks} ranks, one process each, on {self.gpus} GPU{'s' if self.gpus > 1 else ''} ({name}, CUDA IPC)"
+        where = f"{self.ranks} ranks, one process each, on {self.gpus} GPU{'s' if self.gpus > 1 else ''} ({name}, CUDA IPC)"
+        if self.scheduling is None:
+            return where
+        return f"{where}; {self.sharing} processes a GPU, {self.scheduling}"
 
     def _allocate(self, nbytes: int):
         import cupy

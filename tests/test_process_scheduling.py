@@ -1,0 +1,158 @@
+"""Ranks as processes sharing a GPU, without a GPU: how each process sizes
+its grids so that every rank's kernel is resident at once, how a run starts
+and stops its own MPS daemon, and how a launch's status words read."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from purlin_bench.backends.cupy import occupancy, status
+from purlin_bench.dist import mps
+from purlin_bench.errors import PurlinError
+
+H200 = {"MaxRegistersPerMultiprocessor": 65536, "MaxThreadsPerMultiProcessor": 2048, "MaxBlocksPerMultiprocessor": 32}
+
+
+def test_a_block_of_the_interpreter_takes_an_sm():
+    # 128 registers x 512 threads is an H200 SM's whole register file.
+    assert occupancy.blocks_per_sm(H200, 128, 512) == 1
+    assert occupancy.blocks_per_sm(H200, 64, 512) == 2
+    assert occupancy.blocks_per_sm(H200, 32, 128) == 16  # by threads, not registers
+
+
+def test_processes_sharing_a_gpu_each_take_their_share():
+    """The old sizing gave every process the whole GPU (132 blocks at one an
+    SM): 8 processes under MPS asked for 8 x 132 resident blocks, and a
+    waiting block could starve the block it waited on (issue 27)."""
+    assert occupancy.resident_share(132, 1, 1, None) == 132
+    assert occupancy.resident_share(132, 1, 8, None) == 16
+    assert occupancy.resident_share(132, 2, 3, None) == 88
+    # an MPS client limited to a share of the SMs takes no more than they hold
+    assert occupancy.resident_share(132, 1, 1, 12.0) == 15
+    assert occupancy.resident_share(132, 4, 8, 12.0) == 60
+    assert occupancy.resident_share(132, 1, 8, 50.0) == 16
+    assert occupancy.usable_sms(132, 0.5) == 1  # never no SM at all
+
+
+def test_the_mps_percentage_is_read_as_cuda_reads_it():
+    assert occupancy.mps_percentage({}) is None
+    assert occupancy.mps_percentage({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"}) == 25.0
+    for ignored in ("", "abc", "0", "-3", "150"):
+        assert occupancy.mps_percentage({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": ignored}) is None
+
+
+def test_a_launch_past_its_share_is_refused_with_why(monkeypatch):
+    """CupyRunner._check_coresidency with a world of 8 processes on one GPU."""
+    from types import SimpleNamespace
+
+    from purlin_bench.backends.cupy.executor import CupyRunner
+    from purlin_bench.errors import ExecutionError
+
+    runner = CupyRunner.__new__(CupyRunner)
+    runner.world = SimpleNamespace(sharing=8, sm_percentage=None)
+    runner.blocks, runner.threads = 32, 512
+    runner.launches = [SimpleNamespace(device=0, grid=32)]
+    monkeypatch.setattr(
+        CupyRunner, "_capacity", lambda self, device: occupancy.resident_share(132, 1, self.world.sharing, None)
+    )
+    with pytest.raises(ExecutionError, match="at most 16 fit at once.*8 processes sharing the GPU"):
+        runner._check_coresidency()
+    runner.launches = [SimpleNamespace(device=0, grid=16)]
+    runner._check_coresidency()
+
+
+def test_status_words_say_timeout_abort_or_nothing():
+    words = np.zeros(status.WORDS, dtype=np.int64)
+    assert status.describe(words, "all-reduce", "two-shot") is None
+    words[status.ABORTED] = 1
+    assert "another rank's wait timed out in all-reduce/two-shot" in status.describe(words, "all-reduce", "two-shot")
+    words[:8] = [1, 3, 0, 8, (0 << 20) | 1, 0, 32, 10_000_000_000]
+    said = status.describe(words, "all-reduce", "two-shot")
+    assert said.startswith("watchdog: rank 3 channel 0 step 8 waited 10.00 s on r0.flag[1] (value 0, needed 32)")
+
+
+# -- MPS --------------------------------------------------------------------------
+FAKE_CONTROL = textwrap.dedent(
+    f"""\
+    #!{sys.executable}
+    # A stand-in for nvidia-cuda-mps-control: -d starts a "daemon" that
+    # listens on $CUDA_MPS_PIPE_DIRECTORY/control until it reads "quit".
+    import os, socket, sys
+    pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+    log = os.environ.get("FAKE_MPS_LOG")
+    if sys.argv[1:] == ["-d"]:
+        if os.environ.get("FAKE_MPS_FAIL"):
+            print("An instance of this daemon is already running", file=sys.stderr); sys.exit(1)
+        if os.fork():
+            sys.exit(0)
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        s = socket.socket(socket.AF_UNIX); s.bind(os.path.join(pipe, "control")); s.listen(8)
+        while True:
+            c, _ = s.accept()
+            if c.recv(16).startswith(b"quit"):
+                if log: open(log, "a").write("quit\\n")
+                s.close(); os.unlink(os.path.join(pipe, "control")); os._exit(0)
+            c.close()
+    else:
+        c = socket.socket(socket.AF_UNIX); c.connect(os.path.join(pipe, "control")); c.sendall(sys.stdin.buffer.read())
+    """
+)
+
+
+@pytest.fixture
+def fake_control(tmp_path, monkeypatch):
+    path = tmp_path / "bin" / "nvidia-cuda-mps-control"
+    path.parent.mkdir()
+    path.write_text(FAKE_CONTROL)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("FAKE_MPS_LOG", str(tmp_path / "log"))
+    return path
+
+
+@pytest.mark.timeout(30)
+def test_a_private_daemon_serves_the_run_and_is_gone_after(fake_control, tmp_path, monkeypatch):
+    monkeypatch.delenv("CUDA_MPS_PIPE_DIRECTORY", raising=False)
+    before = dict(os.environ)
+    with mps.PrivateMps(str(fake_control)) as daemon:
+        pipe = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+        assert pipe.startswith(str(daemon.root)) and mps.serving()
+        assert mps.gpu_scheduling() == mps.CONCURRENT
+    assert (tmp_path / "log").read_text() == "quit\n"  # told to quit, not killed
+    assert not os.path.exists(pipe) and dict(os.environ) == before
+    assert mps.gpu_scheduling() == mps.TIME_SLICED or mps.serving()  # a system daemon, if any, is not ours
+
+
+@pytest.mark.timeout(30)
+def test_the_daemon_stops_on_an_error_inside_the_run(fake_control, tmp_path):
+    with pytest.raises(KeyboardInterrupt):
+        with mps.PrivateMps(str(fake_control)):
+            root = os.environ["CUDA_MPS_PIPE_DIRECTORY"]
+            raise KeyboardInterrupt
+    assert (tmp_path / "log").read_text() == "quit\n" and not os.path.exists(root)
+
+
+@pytest.mark.timeout(30)
+def test_a_daemon_that_will_not_start_is_one_line(fake_control, monkeypatch):
+    monkeypatch.setenv("FAKE_MPS_FAIL", "1")
+    with pytest.raises(PurlinError, match=r"--mps: nvidia-cuda-mps-control -d failed \(An instance of this daemon"):
+        with mps.PrivateMps(str(fake_control)):
+            pass
+    with pytest.raises(PurlinError, match="--mps needs nvidia-cuda-mps-control"):
+        monkeypatch.setenv("PATH", "/nonexistent")
+        with mps.PrivateMps():
+            pass
+
+
+def test_no_daemon_is_time_sliced(tmp_path):
+    assert not mps.serving({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)})
+    (tmp_path / "control").write_text("not a socket")
+    assert mps.gpu_scheduling({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}) == mps.TIME_SLICED
