@@ -18,7 +18,7 @@ import pytest
 
 from purlin_bench.backends.numpy.ranks import RankRunner
 from purlin_bench.backends.procs import Procs
-from purlin_bench.dist import Group, Store, StoreServer
+from purlin_bench.dist import Group, Store, StoreServer, channel
 from purlin_bench.errors import WatchdogTimeout
 from purlin_bench.inputs import exact_inputs
 from purlin_bench.planner import plan
@@ -29,33 +29,48 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def purlin(*args: str, timeout: float = 240, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """The CLI's result; its ``pid`` (the launcher's, with --procs) finds its runs' folders (own_run_dirs)."""
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PURLIN_STORE", "PURLIN_TOKEN", "PURLIN_RUN", "PURLIN_WATCHDOG_S"):
         environ.pop(name, None)
     environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "purlin_bench", *args], capture_output=True, text=True, timeout=timeout, env=environ, cwd=kw.get("cwd", ROOT))
+    with subprocess.Popen([sys.executable, "-m", "purlin_bench", *args], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=environ, cwd=kw.get("cwd", ROOT)) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            raise
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    done.pid = proc.pid
+    return done
 
 
-def my_run_dirs() -> set[str]:
+def own_run_dirs(launcher_pid: int) -> set[str]:
+    """The shared-memory folders of the runs one launcher started (their run
+    ids begin with its pid, dist/launch.py): not other runs' of this user,
+    which anything else running purlin on the machine makes and removes."""
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
-    return {p.name for p in base.glob(f"purlin-{os.getuid()}-*")}
+    return {p.name for p in base.glob(f"purlin-{os.getuid()}-{launcher_pid}-*")}
 
 
 @pytest.mark.timeout(300)
 def test_check_every_collective_and_strategy_on_2_3_and_5_processes():
-    before = my_run_dirs()
-    done = purlin("check", "all", "--procs", "2,3,5", "--backend", "numpy", "--strategy", "all", "--dtype", "float32,int32", "--count", "1,1001", "--failed-only")
+    done = purlin("check", "all", "--procs", "2,3,5", "--backend", "numpy", "--strategy", "all",
+                  "--dtype", "float32,int32", "--count", "1,1001", "--failed-only")
     assert done.returncode == 0, done.stderr + done.stdout
     verdicts = [line for line in done.stdout.splitlines() if "passed" in line]
     assert len(verdicts) == 3 and all(v.startswith("all passed") for v in verdicts), done.stdout
     assert all(" 0 wrong, 0 errors" in v for v in verdicts)
-    assert my_run_dirs() <= before, "a run left its shared-memory folder behind"
+    assert own_run_dirs(done.pid) == set(), "a run left its shared-memory folder behind"
 
 
 @pytest.mark.timeout(120)
 def test_bench_prints_the_nccl_tests_columns_once_from_rank_0(tmp_path):
     out = tmp_path / "bench.json"
-    done = purlin("bench", "all-reduce", "--procs", "2", "--backend", "numpy", "-e", "1K", "--json", str(out), "--format", "nccl-tests")
+    done = purlin("bench", "all-reduce", "--procs", "2", "--backend", "numpy", "-e", "1K", "--json", str(out),
+                  "--format", "nccl-tests")
     assert done.returncode == 0, done.stderr
     header = [line for line in done.stdout.splitlines() if "redop" in line]
     assert len(header) == 1 and "#wrong" in header[0] and "busbw" in header[0], done.stdout
@@ -70,7 +85,8 @@ def test_bench_prints_the_nccl_tests_columns_once_from_rank_0(tmp_path):
 @pytest.mark.timeout(200)
 def test_bench_on_one_gpu_with_ranks_in_processes_leaves_nccl_out_and_says_why(tmp_path):
     out = tmp_path / "bench.json"
-    done = purlin("bench", "all-reduce", "--procs", "2", "--backend", "cupy", "-b", "8", "-e", "1K", "-f", "16", "-n", "3", "-w", "1", "-G", "1",
+    done = purlin("bench", "all-reduce", "--procs", "2", "--backend", "cupy", "-b", "8", "-e", "1K", "-f", "16",
+                  "-n", "3", "-w", "1", "-G", "1",
                   "--baseline", "nccl,default", "--json", str(out), "--format", "nccl-tests", timeout=180)
     assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     header = [line for line in done.stdout.splitlines() if "redop" in line]
@@ -83,7 +99,8 @@ def test_bench_on_one_gpu_with_ranks_in_processes_leaves_nccl_out_and_says_why(t
 
 @pytest.mark.timeout(200)
 def test_tune_writes_a_plan_for_the_process_layout(tmp_path):
-    done = purlin("tune", "all-reduce", "--procs", "2", "--backend", "numpy", "--out", str(tmp_path), "--trials", "3", "--dtype", "float32", "--sizes", "1K", "--confirm", "1")
+    done = purlin("tune", "all-reduce", "--procs", "2", "--backend", "numpy", "--out", str(tmp_path), "--trials", "3",
+                  "--dtype", "float32", "--sizes", "1K", "--confirm", "1")
     assert done.returncode == 0, done.stderr
     path = tmp_path / "cpu" / "all-reduce-2proc-cpu-float32.json"
     assert path.is_file(), list(tmp_path.rglob("*"))
@@ -122,13 +139,13 @@ def _alive(pid: int) -> bool:
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the ranks through /proc (Linux)")
 @pytest.mark.parametrize("backend", ["numpy", pytest.param("cupy", marks=pytest.mark.gpu)])
 def test_killing_a_rank_mid_run_stops_every_other_with_a_named_error(backend):
-    before = my_run_dirs()
     # The default watchdog: a rank must notice the death through the run (the
     # launcher's abort), not by its own wait running out.
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
     environ.pop("PURLIN_WATCHDOG_S", None)
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "purlin_bench", "bench", "all", "--procs", "3", "--backend", backend, "-b", "8", "-e", "1M", "-f", "2", "-n", "5", "-w", "1", "-G", "3"],
+        [sys.executable, "-m", "purlin_bench", "bench", "all", "--procs", "3", "--backend", backend,
+         "-b", "8", "-e", "1M", "-f", "2", "-n", "5", "-w", "1", "-G", "3"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ, cwd=ROOT,
     )
     ranks: dict[int, int] = {}
@@ -151,7 +168,7 @@ def test_killing_a_rank_mid_run_stops_every_other_with_a_named_error(backend):
     assert took < (20 if backend == "cupy" else 10), f"the run took {took:.0f} s to stop"
     assert "still running" not in err, "a rank had to be stopped by the launcher instead of saying why it stopped"
     assert not any(_alive(p) for p in ranks.values()), "a rank was left running"
-    assert my_run_dirs() <= before
+    assert own_run_dirs(launcher.pid) == set()
 
 
 @pytest.mark.timeout(240)
@@ -177,7 +194,8 @@ def test_a_watchdog_on_one_rank_stops_the_others_at_once():
     """A call that times out on one rank (a 5 ms watchdog) ends the command
     on every rank in seconds: none is left in a barrier of the same command."""
     start = time.monotonic()
-    done = purlin("bench", "all-reduce", "--procs", "3", "--backend", "numpy", "-b", "1M", "-e", "4M", "--strategy", "all", env={"PURLIN_WATCHDOG_S": "0.005"}, timeout=90)
+    done = purlin("bench", "all-reduce", "--procs", "3", "--backend", "numpy", "-b", "1M", "-e", "4M",
+                  "--strategy", "all", env={"PURLIN_WATCHDOG_S": "0.005"}, timeout=90)
     assert time.monotonic() - start < 60
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
@@ -188,14 +206,16 @@ def test_a_stray_rank_environment_does_not_make_a_run():
     """RANK and WORLD_SIZE left in a shell (or set for a job of the user's
     own) do not make `purlin --help` or `purlin list` join anything."""
     for args in (("--help",), ("list",)):
-        done = purlin(*args, env={"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}, timeout=30)
+        stray = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}
+        done = purlin(*args, env=stray, timeout=30)
         assert done.returncode == 0 and done.stdout, done.stderr
 
 
 def test_procs_bad_input_is_one_line_before_any_process_starts():
     for args, says in [
         (("check", "all-reduce", "--procs", "2,3", "--backend", "numpy", "--json"), "one --procs count"),
-        (("bench", "all-reduce", "--procs", "2,3", "--backend", "numpy", "--csv", "/tmp/never.csv"), "one --procs count"),
+        (("bench", "all-reduce", "--procs", "2,3", "--backend", "numpy", "--csv", "/tmp/never.csv"),
+         "one --procs count"),
         (("check", "all-reduce", "--procs", "2", "--ranks", "3", "--backend", "numpy"), "leave out --ranks"),
         (("check", "all-reduce", "--procs", "0", "--backend", "numpy"), "--procs"),
         (("check", "all-reduce", "--procs", "two", "--backend", "numpy"), "--procs"),
@@ -207,8 +227,10 @@ def test_procs_bad_input_is_one_line_before_any_process_starts():
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and says in lines[0], (args, done.stderr)
     for value in ("abc", "nan", "0", "-1"):
-        done = purlin("check", "all-reduce", "--procs", "2", "--backend", "numpy", env={"PURLIN_WATCHDOG_S": value}, timeout=60)
-        assert done.returncode != 0 and done.stderr.strip().count("\n") == 0 and "PURLIN_WATCHDOG_S" in done.stderr, done.stderr
+        done = purlin("check", "all-reduce", "--procs", "2", "--backend", "numpy", env={"PURLIN_WATCHDOG_S": value},
+                      timeout=60)
+        one_line = done.stderr.strip().count("\n") == 0
+        assert done.returncode != 0 and one_line and "PURLIN_WATCHDOG_S" in done.stderr, done.stderr
 
 
 # -- the rank runner in one process, two ranks on two threads -----------------
@@ -258,7 +280,8 @@ def test_a_peer_that_never_calls_is_a_watchdog_naming_rank_step_and_flag(tmp_pat
     server, procs = _two_ranks(tmp_path, 0.5)
     _, program = _program("all-reduce", "direct", 64)
     runners: list[RankRunner | None] = [None, None]
-    threads = [threading.Thread(target=lambda r=r: runners.__setitem__(r, RankRunner(program, procs[r], 1, "w"))) for r in range(2)]
+    threads = [threading.Thread(target=lambda r=r: runners.__setitem__(r, RankRunner(program, procs[r], 1, "w")))
+               for r in range(2)]
     [t.start() for t in threads]
     [t.join() for t in threads]
     start = time.monotonic()
@@ -266,7 +289,8 @@ def test_a_peer_that_never_calls_is_a_watchdog_naming_rank_step_and_flag(tmp_pat
         runners[0].run(0)  # rank 1 never runs
     assert time.monotonic() - start < 5
     message = str(err.value)
-    assert "rank 0 channel" in message and "step" in message and "r0.flag[" in message and "its notify never came" in message
+    assert "rank 0 channel" in message and "step" in message and "r0.flag[" in message
+    assert "its notify never came" in message
     runners[0].reset()
     assert int(runners[0].flags[0].max()) == 0 and runners[0].epoch == 0
     for r in runners:
@@ -312,7 +336,9 @@ def test_processors_that_reorder_stores_are_refused_in_one_line():
 @pytest.mark.parametrize("procs", [2, 4])
 def test_check_on_one_gpu_with_ranks_in_processes(procs):
     """Correctness only: the processes time-slice the GPU."""
-    done = purlin("check", "all", "--procs", str(procs), "--backend", "cupy", "--strategy", "all", "--dtype", "float32,bfloat16,int32", "--count", "1,1001,65539", "--root", "all", "--failed-only", timeout=280)
+    done = purlin("check", "all", "--procs", str(procs), "--backend", "cupy", "--strategy", "all",
+                  "--dtype", "float32,bfloat16,int32", "--count", "1,1001,65539", "--root", "all", "--failed-only",
+                  timeout=280)
     assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     assert "all passed" in done.stdout and " 0 wrong, 0 errors" in done.stdout
 
@@ -323,7 +349,8 @@ def test_check_on_one_gpu_with_ranks_in_processes(procs):
 def test_rooted_collectives_with_ranks_in_processes_on_one_gpu(collective):
     """The root has the data and its peers little or none: every process
     must still launch the same blocks a group (their notifies count them)."""
-    done = purlin("check", collective, "--procs", "2", "--backend", "cupy", "--strategy", "all", "--count", "4096,65539", "--root", "all", "--failed-only", timeout=150)
+    done = purlin("check", collective, "--procs", "2", "--backend", "cupy", "--strategy", "all",
+                  "--count", "4096,65539", "--root", "all", "--failed-only", timeout=150)
     assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     assert "all passed" in done.stdout and " 0 wrong, 0 errors" in done.stdout
 
@@ -344,7 +371,7 @@ def test_the_run_opens_with_every_ranks_collective_setup_in_one_command(tmp_path
         joined.append(self.procs.rank)
 
     monkeypatch.setattr(NumpyBackend, "join_run", join_run)
-    monkeypatch.setattr(procs_mod, "_sequence", [0])  # this run's commands start at 1, as a fresh process's do
+    monkeypatch.setattr(channel, "sequence", [0])  # this run's commands start at 1, as a fresh process's do
     monkeypatch.setattr(procs_mod, "_drivers", {})
     server, procs = _two_ranks(tmp_path, 10)
     codes = []
@@ -400,7 +427,7 @@ def test_a_build_bound_refusal_on_any_rank_reaches_rank_0_as_itself(tmp_path, mo
         return Made(self.procs.rank)
 
     monkeypatch.setattr(NumpyBackend, "prepare", prepare)
-    monkeypatch.setattr(procs_mod, "_sequence", [0])
+    monkeypatch.setattr(channel, "sequence", [0])
     monkeypatch.setattr(procs_mod, "_drivers", {})
     server, procs = _two_ranks(tmp_path, 10)
     codes = []
@@ -437,10 +464,12 @@ def test_an_error_crosses_ranks_by_its_class_name():
     for exc in (CapacityError("c"), ProgramInvalid("p"), Cancelled("x"), ExecutionError("e"), WatchdogTimeout("w")):
         kind = pickle.loads(pickle.dumps(error_kind(exc)))
         back = error_of(kind, "m")
-        want = type(exc) if isinstance(exc, (CapacityError, Cancelled)) else PlanError if isinstance(exc, PlanError) else ExecutionError
+        kept = isinstance(exc, (CapacityError, Cancelled))
+        want = type(exc) if kept else PlanError if isinstance(exc, PlanError) else ExecutionError
         assert type(back) is want and str(back) == "m"
     assert type(error_of("NotAClassHere", "m")) is PlanError and type(error_of("PurlinError", "m")) is PlanError
-    assert kind_order(error_kind(ExecutionError("e"))) < kind_order(error_kind(CapacityError("c"))) < kind_order(error_kind(Cancelled("x")))
+    orders = [kind_order(error_kind(e)) for e in (ExecutionError("e"), CapacityError("c"), Cancelled("x"))]
+    assert orders == sorted(set(orders))
 
 
 class _DeviceExchangingWorld:
@@ -464,7 +493,7 @@ def test_the_gpu_world_is_made_on_every_rank_when_the_run_opens(tmp_path, monkey
 
     monkeypatch.setattr(ipc, "IpcWorld", _DeviceExchangingWorld)
     monkeypatch.setattr(device, "measure_copy_bandwidth", lambda devices: ("measured on", devices))
-    monkeypatch.setattr(procs_mod, "_sequence", [0])
+    monkeypatch.setattr(channel, "sequence", [0])
     monkeypatch.setattr(procs_mod, "_drivers", {})
     server, procs = _two_ranks(tmp_path, 10)
     codes = []

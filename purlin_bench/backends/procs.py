@@ -11,10 +11,13 @@ and answer each; nothing of the command line runs there.
 
 * A row's time is the slowest rank's (as nccl-tests reports it); a check
   reads every rank's outputs, so ``#wrong`` counts every rank's elements.
-* Every wait is bounded: a command's answer by ``COMMAND_S``, a worker's
-  wait for its next command by ``IDLE_S``, a flag wait by the watchdog; a
-  rank that dies is a DistError naming it and the step (our launcher aborts
-  the run, dist/launch.py), and a lost rank ends the run.
+* Every wait is bounded by the watchdog the user set (PURLIN_WATCHDOG_S): a
+  flag wait by its length, a wait on a peer (an answer, a barrier, the next
+  command) by the peer's silence (dist/liveness.py), so a stopped or frozen
+  rank is named within it while a long command on a live one goes on;
+  ``COMMAND_S`` and ``IDLE_S`` are only backstops for a live peer that never
+  answers. A rank that dies is a DistError naming it and the step (our
+  launcher aborts the run, dist/launch.py), and a lost rank ends the run.
 * A rank that fails a command cancels that command's scope (Group.scope):
   every other rank's waits in it stop at once. After a failed call or
   timing, every rank resets the runners' flags before the error is raised,
@@ -32,9 +35,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from purlin_bench.backends.port import Backend, Runner, TimingPolicy
-from purlin_bench.dist import Group, RankEnv, connect
-from purlin_bench.dist.group import abort_key
-from purlin_bench.dist.errors import Cancelled, DistError, error_kind, error_of, kind_order
+from purlin_bench.dist import Group, RankEnv, channel, connect
+from purlin_bench.dist.errors import Cancelled, DistError, error_kind, error_of
+from purlin_bench.dist.liveness import silence_bound
 from purlin_bench.dist.shm import remove_run_dir, run_dir
 from purlin_bench.errors import ExecutionError, PlanError, PurlinError
 from purlin_bench.hardware import Fingerprint
@@ -92,7 +95,8 @@ def join(env: RankEnv) -> Procs:
     if _joined:
         return _joined[0]
     limit = watchdog_s()
-    group = connect(env, timeout_s=COMMAND_S)
+    # The user's watchdog bounds a peer's silence and the store's answers.
+    group = connect(env, timeout_s=COMMAND_S, silence_s=silence_bound(limit))
     # A random part: two torchrun jobs may share a run id (its default is "none").
     folder = str(run_dir(f"{env.run}-{secrets.token_hex(4)}")) if group.rank == 0 else None
     folder = group.broadcast(folder, "folder")
@@ -122,66 +126,13 @@ def leave() -> None:
         procs.group.close()
 
 
-# -- the command channel ------------------------------------------------------
-# Commands are numbered; rank 0 writes ``cmd/N``, rank k answers ``ans/N/k``.
-_sequence = [0]
-# A wait polls in slices this long, so that a run stopped by its launcher (a
-# rank died: it sets the run's abort key) is noticed within a slice.
-_SLICE_S = 0.25
-
-
+# -- the command channel (dist/channel.py) ---------------------------------------
 def _send(procs: Procs, command: tuple) -> None:
-    # Pickled before it is numbered: a command that cannot be sent must not
-    # leave rank 0's numbers ahead of the workers' (they would wait on a gap).
-    raw = pickle.dumps(command)
-    _sequence[0] += 1
-    procs.group.store.set(f"cmd/{_sequence[0]}", raw)
-    _scope(procs, _sequence[0])
-
-
-def _scope(procs: Procs, n: int) -> None:
-    """Command ``n``'s group calls are numbered on their own, and a rank that
-    fails it stops every other rank's waits in it (Group.scope): a failure in
-    one command never strands a peer in a barrier, nor shifts the next one."""
-    procs.group.scope(f"c{n}", cancel=f"{procs.group.run}/fail/{n}")
+    channel.send(procs.group, command)
 
 
 def _answers(procs: Procs, what: str) -> list[Any]:
-    """Every worker's answer to the last command, in rank order; an error
-    answer is raised as that rank's error."""
-    out: list[Any] = [None]
-    for rank in range(1, procs.size):
-        key = f"ans/{_sequence[0]}/{rank}"
-        out.append(pickle.loads(_wait(procs, key, COMMAND_S, rank, f"rank 0 waited for rank {rank}'s answer to '{what}'")))
-        procs.group.store.delete(key)
-    # Every worker has read the command (it answered): it can go.
-    procs.group.store.delete(f"cmd/{_sequence[0]}")
-    procs.group.store.delete(f"{procs.group.run}/fail/{_sequence[0]}")
-    # A failure is said before a refusal of the program, both before a cancellation.
-    errors = sorted(((kind_order(a[2]), r, a[1], a[2]) for r, a in enumerate(out) if r and a[0] == "error"), key=lambda e: e[:2])
-    if errors:
-        _, rank, message, kind = errors[0]
-        raise error_of(kind, f"rank {rank}: {message}")
-    return [a[1] if a else None for a in out]
-
-
-def _wait(procs: Procs, key: str, limit_s: float, peer: int, what: str) -> bytes:
-    """The value of ``key`` once ``peer`` writes it; PeerFailed when the run
-    is aborted (the launcher saw a rank die), DistError when ``limit_s``
-    passes first."""
-    from purlin_bench.dist.errors import PeerFailed, StoreTimeout
-
-    store, waited = procs.group.store, 0.0
-    while True:
-        try:
-            return store.get(key, _SLICE_S)
-        except StoreTimeout:
-            waited += _SLICE_S
-        why = store.try_get(abort_key(procs.group.run))
-        if why is not None:
-            raise PeerFailed(f"{what}: {why.decode(errors='replace')}")
-        if waited >= limit_s:
-            raise DistError(f"{what} for {limit_s:.0f} s and got none: rank {peer} is stuck")
+    return channel.answers(procs.group, what, COMMAND_S)
 
 
 _runner_ids = [0]
@@ -244,7 +195,8 @@ class Driver(Backend):
         except DistError as exc:
             raise type(exc)(f"{exc}; rank 0 meanwhile: {failure}") from None
         except PurlinError as exc:
-            if isinstance(failure, Cancelled) or (isinstance(failure, PlanError) and not isinstance(exc, (PlanError, Cancelled))):
+            only_refused = isinstance(failure, PlanError) and not isinstance(exc, (PlanError, Cancelled))
+            if isinstance(failure, Cancelled) or only_refused:
                 raise  # rank 0 only stopped (or refused) where this rank failed: say that one
         raise error_of(error_kind(failure) if isinstance(failure, PlanError) else None, f"rank 0: {failure}") from None
 
@@ -255,7 +207,9 @@ class Driver(Backend):
         prints = self._command(("fingerprint",), "fingerprint", self.part.fingerprint)
         kinds = {fp.gpu_type for fp in prints}
         if len(kinds) > 1:
-            raise PurlinError(f"the ranks of this run sit on different kinds of device ({', '.join(sorted(kinds))}): a plan needs one")
+            raise PurlinError(
+                f"the ranks of this run sit on different kinds of device ({', '.join(sorted(kinds))}): a plan needs one"
+            )
         devices = tuple(d for fp in prints for d in fp.devices)
         return Fingerprint(**{**prints[0].to_dict(), "devices": devices})
 
@@ -288,7 +242,11 @@ class Driver(Backend):
         _runner_ids[0] += 1
         rid, made = _runner_ids[0], []
         try:
-            local = self._command(("prepare", rid, program, sets, params), "prepare", lambda: made.append(self.part.prepare(program, sets, **params)) or made[0])[0]
+            def mine():
+                made.append(self.part.prepare(program, sets, **params))
+                return made[0]
+
+            local = self._command(("prepare", rid, program, sets, params), "prepare", mine)[0]
         except (ExecutionError, PlanError):  # PlanError: a rank's refusal (the compiled build bound)
             for runner in made:  # this rank's, where another rank refused
                 runner.close()
@@ -371,7 +329,10 @@ class DriverReference:
     def baseline(self, name: str) -> Remote:
         rid = self.runner.rid
         inst = self.inst
-        local = self.driver._command(("baseline", rid, name, inst), f"baseline {name}", lambda: self.driver.part.rank_baseline(self.runner.local, inst, name))[0]
+        def mine():
+            return self.driver.part.rank_baseline(self.runner.local, inst, name)
+
+        local = self.driver._command(("baseline", rid, name, inst), f"baseline {name}", mine)[0]
         self.driver.candidates[("baseline", rid, name)] = local
         return Remote(("baseline", rid, name))
 
@@ -423,10 +384,10 @@ def serve(procs: Procs) -> int:
     n = 0
     while True:
         n += 1
-        raw = _wait(procs, f"cmd/{n}", IDLE_S, 0, f"rank {procs.rank} waited for rank 0's next command")
+        raw = channel.wait(procs.group, f"cmd/{n}", IDLE_S, 0, f"rank {procs.rank} waited for rank 0's next command")
         command = pickle.loads(raw)
         op = command[0]
-        _scope(procs, n)
+        channel.scope(procs.group, n)
         if op == "exit":
             return 0
         try:

@@ -91,19 +91,34 @@ def from_environ(environ: Mapping[str, str] = os.environ) -> RankEnv | None:
     return RankEnv(rank, size, local_rank, (host.strip("[]"), port), token, run, device, PURLIN)
 
 
-def connect(env: RankEnv, timeout_s: float) -> Group:
-    """Join the group of ``env``'s run; every wait bounded by ``timeout_s``."""
+def connect(env: RankEnv, timeout_s: float, silence_s: float | None = None) -> Group:
+    """Join the group of ``env``'s run; every wait bounded by ``timeout_s``.
+
+    With ``silence_s`` (the user's bound, dist/liveness.py), a wait on a
+    peer ends once the peer is silent that long, and the store, which must
+    greet and answer promptly, is bounded by it too: a frozen store (rank 0's
+    under torchrun) or an address that never greets is then one line within
+    the user's bound, and ``timeout_s`` only a backstop for the rest."""
+    store_s = silence_s or timeout_s
     if env.launcher == PURLIN:
         if env.store is None or env.token is None:
             raise DistError("a purlin rank needs PURLIN_STORE and PURLIN_TOKEN")
-        store = Store(env.store[0], env.store[1], env.token, timeout_s=timeout_s)
-        return Group(store, env.rank, env.size, env.run, timeout_s=timeout_s)
+        store = Store(env.store[0], env.store[1], env.token, timeout_s=store_s)
+        return _group(store, env, timeout_s, silence_s)
     if env.launcher != TORCHRUN:
         raise DistError(f"unknown launcher {env.launcher!r}")
-    return _connect_torchrun(env, timeout_s)
+    return _connect_torchrun(env, timeout_s, silence_s)
 
 
-def _connect_torchrun(env: RankEnv, timeout_s: float) -> Group:
+def _group(store: Store, env: RankEnv, timeout_s: float, silence_s: float | None) -> Group:
+    try:
+        return Group(store, env.rank, env.size, env.run, timeout_s=timeout_s, silence_s=silence_s)
+    except BaseException:
+        store.close()  # the heartbeat's connection could not be made: do not leave this one open
+        raise
+
+
+def _connect_torchrun(env: RankEnv, timeout_s: float, silence_s: float | None = None) -> Group:
     global _server
     try:
         import torch.distributed as tdist
@@ -119,9 +134,16 @@ def _connect_torchrun(env: RankEnv, timeout_s: float) -> Group:
             # torch's rendezvous errors (DistStoreError, timeouts, a bad
             # MASTER_ADDR) are multi-line RuntimeErrors: one line of it.
             first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-            raise DistError(f"rank {env.rank}: torch.distributed could not start its gloo group ({first[:300]})") from None
-    store, server, _ = store_over_torch(tdist, None, env.rank, timeout_s, "the run's store")
-    group = Group(store, env.rank, env.size, env.run, timeout_s=timeout_s)
+            raise DistError(
+                f"rank {env.rank}: torch.distributed could not start its gloo group ({first[:300]})"
+            ) from None
+    store, server, _ = store_over_torch(tdist, None, env.rank, silence_s or timeout_s, "the run's store")
+    try:
+        group = _group(store, env, timeout_s, silence_s)
+    except BaseException:
+        if server is not None:
+            server.close()
+        raise
     if server is not None:
         _server = server
         group.own(server)

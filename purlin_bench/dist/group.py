@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from purlin_bench.dist.errors import Cancelled, DistError, PeerFailed, PeerTimeout, StoreTimeout, StoreUnreachable
+from purlin_bench.dist.liveness import BEATS, Heartbeat, Pulse
 from purlin_bench.dist.store import Store
 
 # Short enough that an abort stops a wait promptly, long enough that an idle
@@ -35,9 +36,15 @@ class Group:
 
     One Group per rank per run: the sequence numbers that line the keys up
     start at 1 in each Group, so a second one in the same run would collide
-    with the first. The group closes its store when it closes."""
+    with the first. The group closes its store when it closes.
 
-    def __init__(self, store: Store, rank: int, size: int, run: str, timeout_s: float = 60.0):
+    With ``silence_s``, the rank beats (dist/liveness.py) and a wait on a
+    peer also fails once that peer has shown no sign of life for
+    ``silence_s``: ``timeout_s`` is then only a backstop for a peer that is
+    alive but never comes, so long legitimate steps are not cut short."""
+
+    def __init__(self, store: Store, rank: int, size: int, run: str, timeout_s: float = 60.0,
+                 silence_s: float | None = None):
         if not isinstance(size, int) or size < 1:
             raise DistError(f"a group needs a size of at least 1, not {size!r}")
         if not isinstance(rank, int) or not 0 <= rank < size:
@@ -55,6 +62,8 @@ class Group:
         self._cancel: str | None = None
         self._owned: list[Any] = []
         self._closed = False
+        self._pulse = Pulse(store, run, silence_s) if silence_s else None
+        self._heart = Heartbeat(store.another(), run, rank, silence_s / BEATS) if silence_s else None
 
     def __enter__(self) -> Group:
         return self
@@ -134,6 +143,12 @@ class Group:
         if why is not None:
             raise Cancelled(f"{what}: {why.decode('utf-8', 'replace')}")
 
+    def check_alive(self, rank: int, what: str) -> None:
+        """Raise PeerTimeout if ``rank`` has been silent for the group's
+        silence bound (none: never); ``what`` says what waited on it."""
+        if self._pulse is not None:
+            self._pulse.check(rank, what)
+
     def abort(self, message: str) -> None:
         """Make every rank's current or next wait raise :class:`PeerFailed`."""
         try:
@@ -148,6 +163,8 @@ class Group:
         if self._closed:
             return
         self._closed = True
+        if self._heart is not None:
+            self._heart.stop()
         try:
             key = f"{self.run}/closed"
             left = self.store.add(key)
@@ -227,6 +244,7 @@ class Group:
                 break
             fresh = False
             self.check_cancelled(f"rank {self.rank} stopped waiting at step {self._step!r}")
+            self._check_pulses(prefix, pending, got)
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PeerTimeout(self._timeout_message(timeout, pending))
@@ -236,6 +254,18 @@ class Group:
             except StoreTimeout:
                 pass
         return got
+
+    def _check_pulses(self, prefix: str, pending: list[int], got: dict[int, bytes]) -> None:
+        for r in list(pending) if self._pulse is not None else ():
+            try:
+                self.check_alive(r, f"rank {self.rank} waited at step {self._step!r} (call {self._seq}) for rank {r}")
+            except PeerTimeout:
+                # Its beat may have lagged its main thread: a value it wrote meanwhile still counts.
+                value = self.store.try_get(f"{prefix}/{r}")
+                if value is None:
+                    raise
+                got[r] = value
+                pending.remove(r)
 
     def _timeout_message(self, timeout: float, missing: list[int]) -> str:
         notes = []

@@ -18,11 +18,12 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 from purlin_bench.dist.errors import DistError
 from purlin_bench.dist.group import abort_key
 from purlin_bench.dist.shm import remove_run_dir, run_dirs, sweep_stale
-from purlin_bench.dist.store import Store, StoreServer
+from purlin_bench.dist.store import StoreServer
 
 POLL_S = 0.05
 KILL_AFTER_S = 3.0
@@ -57,6 +58,8 @@ def _stop(children: list[subprocess.Popen], sig: int) -> None:
     alive = [c for c in children if c.poll() is None]
     if alive:
         _signal_groups(alive, sig)
+        # A stopped rank acts on ``sig`` only once continued.
+        _signal_groups(alive, signal.SIGCONT)
         deadline = time.monotonic() + KILL_AFTER_S
         while time.monotonic() < deadline and any(c.poll() is None for c in alive):
             time.sleep(POLL_S)
@@ -85,7 +88,9 @@ def launch(
         raise DistError("an empty device list: give at least one device, or none")
     sweep_stale()
     token = secrets.token_bytes(32)
-    run = secrets.token_hex(6)
+    # The launcher's pid first: a run's /dev/shm folders then say which
+    # process started them, and a caller (a test) can find its own runs'.
+    run = f"{os.getpid()}-{secrets.token_hex(6)}"
     base = dict(os.environ if environ is None else environ)
     stopped: list[int] = []
     previous: dict[int, object] = {}
@@ -115,16 +120,18 @@ def launch(
                     ))
                 except OSError as exc:
                     raise DistError(f"cannot start rank {rank}: {exc.strerror or exc}") from None
-            return _supervise(children, server, token, run, grace_s, stopped)
+            return _supervise(children, server, run, grace_s, stopped)
     finally:
         _stop(children, signal.SIGTERM)
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        # Every rank is gone: whatever folders of this run they left (rank 0
+        # killed before its own cleanup) go now, whatever suffix they carry.
         for path in run_dirs(run):
             remove_run_dir(path)
 
 
-def _supervise(children, server, token: bytes, run: str, grace_s: float, stopped: list[int]) -> int:
+def _supervise(children, server, run: str, grace_s: float, stopped: list[int]) -> int:
     codes: dict[int, int] = {}
     failure: int | None = None
     deadline = 0.0
@@ -132,7 +139,7 @@ def _supervise(children, server, token: bytes, run: str, grace_s: float, stopped
     while True:
         if stopped:
             sig = stopped[0]
-            print(f"purlin: got {signal.Signals(sig).name}, stopping {len(children)} rank(s)", file=sys.stderr, flush=True)
+            _say(f"got {signal.Signals(sig).name}, stopping {len(children)} rank(s)")
             # SIGINT is passed on as SIGINT so Python ranks unwind through their finally blocks.
             _stop(children, signal.SIGINT if sig == signal.SIGINT else signal.SIGTERM)
             return 128 + sig
@@ -147,35 +154,54 @@ def _supervise(children, server, token: bytes, run: str, grace_s: float, stopped
                 # Rank 0 runs the command and has said why it failed, in one
                 # line; a signal, or another rank's failure, only we can say.
                 if rank != 0 or code < 0:
-                    print(f"purlin: {_describe(rank, code)}", file=sys.stderr, flush=True)
-                _abort(server, token, run, f"{_describe(rank, code)} (the launcher stopped the run)")
+                    _say(_describe(rank, code))
+                _abort(server, run, f"{_describe(rank, code)} (the launcher stopped the run)")
         if len(codes) == len(children):
             return failure or 0
         if 0 in codes and failure is None and lingering is None:
             # Rank 0 ran the command and told the others to stop; one that
             # lingers past the grace period is stopped.
             lingering = time.monotonic() + grace_s
-        if failure is not None and time.monotonic() >= deadline:
-            left = len(children) - len(codes)
-            print(f"purlin: stopping {left} rank(s) still running {grace_s:g} s after the failure", file=sys.stderr, flush=True)
+        # A stopped rank (SIGSTOP) can neither see the abort nor exit: the
+        # grace period is for ranks that can still say why they stopped.
+        frozen = [r for r, c in enumerate(children) if r not in codes and _stopped(c.pid)]
+        all_frozen = len(frozen) == len(children) - len(codes)
+        left = len(children) - len(codes)
+        if failure is not None and (all_frozen or time.monotonic() >= deadline):
+            if not all_frozen:  # the failing rank named the cause; stopped ranks add nothing to it
+                _say(f"stopping {left} rank(s) still running {grace_s:g} s after the failure")
             _stop(children, signal.SIGTERM)
             return failure
-        if failure is None and lingering is not None and time.monotonic() >= lingering:
-            left = len(children) - len(codes)
-            print(f"purlin: stopping {left} rank(s) still running {grace_s:g} s after rank 0 finished", file=sys.stderr, flush=True)
+        if failure is None and lingering is not None and (all_frozen or time.monotonic() >= lingering):
+            if all_frozen:
+                _say(f"rank(s) {', '.join(map(str, frozen))} stopped (SIGSTOP?) after rank 0 finished: ending them")
+            else:
+                _say(f"stopping {left} rank(s) still running {grace_s:g} s after rank 0 finished")
             _stop(children, signal.SIGTERM)
             return 1
         time.sleep(POLL_S)
 
 
-def _abort(server: StoreServer, token: bytes, run: str, message: str) -> None:
-    """Set the run's abort key, so ranks blocked on the failed one stop now
-    instead of at their own timeout."""
+def _say(line: str) -> None:
+    print(f"purlin: {line}", file=sys.stderr, flush=True)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped by a signal or a tracer (Linux; elsewhere
+    never: there the grace period ends it, as before)."""
     try:
-        with Store(*server.address, token, timeout_s=2.0) as store:
-            store.set(abort_key(run), message.encode())
-    except DistError:
-        pass  # the ranks still stop: by their timeout, or by the grace period's SIGTERM
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("T", "t")
+
+
+def _abort(server: StoreServer, run: str, message: str) -> None:
+    """Set the run's abort key, so ranks blocked on the failed one stop now
+    instead of at their own timeout. In this process, not through a
+    connection: connections that never prove the token can fill every slot
+    a newcomer needs, and the abort must not wait for them to time out."""
+    server.set(abort_key(run), message.encode())
 
 
 __all__ = ["launch"]

@@ -98,6 +98,14 @@ class StoreServer:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def set(self, key: str, value: bytes) -> None:
+        """Set ``key`` from the serving process itself, with no connection:
+        the launcher aborts its run this way, because a flood of connections
+        that never prove the token can hold every slot a newcomer needs."""
+        with self._cond:
+            self._data[key] = bytes(value)
+            self._cond.notify_all()
+
     def keys(self) -> list[str]:
         """The keys held now (for tests and diagnostics)."""
         with self._cond:
@@ -211,30 +219,33 @@ class Store:
     threads of one rank may share it."""
 
     def __init__(self, host: str, port: int, token: bytes, timeout_s: float = 30.0):
+        """Connect and prove the token; ``timeout_s`` bounds the whole of it
+        (and, later, how long the server may take to answer a request)."""
         self.address = (host, int(port))
         self.timeout_s = float(timeout_s)
         self._lock = threading.Lock()
         self._where = f"{host}:{port}"
+        self._token = token  # for another(): a second connection of this process
         deadline = time.monotonic() + self.timeout_s
         while True:
-            try:
-                sock = socket.create_connection(self.address, timeout=self.timeout_s)
-            except OSError as exc:
-                raise StoreUnreachable(f"cannot reach the run's store at {self._where}: {exc.strerror or exc}") from None
-            try:
-                nonce = _recv_exact(sock, NONCE_BYTES)
-            except OSError:
-                nonce = None
-            if nonce is not None:
+            sock = self._greeted(deadline)
+            if sock is not None:
                 break
             # Closed before its greeting: the server is full (or closing); again until the timeout.
-            sock.close()
             if time.monotonic() + _RETRY_S > deadline:
-                raise StoreUnreachable(f"the run's store at {self._where} closed every connection before greeting for {self.timeout_s:g} s")
+                raise StoreUnreachable(
+                    f"the run's store at {self._where} closed every connection before greeting for {self.timeout_s:g} s"
+                )
             time.sleep(_RETRY_S)
+        sock, nonce = sock
         try:
+            sock.settimeout(max(deadline - time.monotonic(), _RETRY_S))
             sock.sendall(_proof(token, nonce))
             verdict = _recv_exact(sock, 1)
+        except TimeoutError:
+            sock.close()
+            raise StoreUnreachable(f"the run's store at {self._where} did not judge this process's token "
+                                   f"within {self.timeout_s:g} s") from None
         except OSError as exc:
             sock.close()
             raise StoreUnreachable(f"cannot reach the run's store at {self._where}: {exc.strerror or exc}") from None
@@ -246,6 +257,43 @@ class Store:
             raise StoreRefused(f"the store at {self._where} refused this process: it does not hold the run's token")
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._sock: socket.socket | None = sock
+
+    def _greeted(self, deadline: float) -> tuple[socket.socket, bytes] | None:
+        """A connection and the server's nonce; None if it closed first (full).
+        Every step within ``deadline``: something that accepts and never
+        greets (not a purlin store, or a frozen one) is one line, not a hang."""
+        left = max(deadline - time.monotonic(), _RETRY_S)
+        try:
+            sock = socket.create_connection(self.address, timeout=left)
+        except TimeoutError:
+            raise StoreUnreachable(
+                f"cannot reach the run's store at {self._where} within {self.timeout_s:g} s"
+            ) from None
+        except OSError as exc:
+            raise StoreUnreachable(f"cannot reach the run's store at {self._where}: {exc.strerror or exc}") from None
+        try:
+            sock.settimeout(max(deadline - time.monotonic(), _RETRY_S))
+            nonce = _recv_exact(sock, NONCE_BYTES)
+        except TimeoutError:
+            sock.close()
+            raise StoreUnreachable(
+                f"{self._where} accepted the connection but sent no greeting within {self.timeout_s:g} s: "
+                "not the run's store, or one that is stopped"
+            ) from None
+        except OSError:
+            nonce = None
+        except BaseException:
+            sock.close()
+            raise
+        if nonce is None:
+            sock.close()
+            return None
+        return sock, nonce
+
+    def another(self) -> Store:
+        """A second connection to the same store, with the same bound (a
+        thread that must never queue behind this one's long waits)."""
+        return Store(*self.address, self._token, timeout_s=self.timeout_s)
 
     def __enter__(self) -> Store:
         return self
@@ -296,7 +344,9 @@ class Store:
                 payload = _recv_exact(sock, n) if head else None
             except TimeoutError:
                 self._broken()
-                raise StoreUnreachable(f"the run's store at {self._where} did not answer within {self.timeout_s + wait_s:g} s") from None
+                raise StoreUnreachable(
+                    f"the run's store at {self._where} did not answer within {self.timeout_s + wait_s:g} s"
+                ) from None
             except OSError:
                 payload = None
             except BaseException:
