@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -101,7 +103,8 @@ def test_from_environ_reads_purlin_and_torchrun_variables():
                         "PURLIN_TOKEN": tok.hex(), "PURLIN_RUN": "abc123", "PURLIN_DEVICE": "3"})
     assert env == RankEnv(1, 4, 1, ("127.0.0.1", 5000), tok, "abc123", 3, "purlin")
     assert tok.hex() not in repr(env)
-    tr = from_environ({"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "2", "MASTER_ADDR": "x", "TORCHELASTIC_RUN_ID": "a/b"})
+    tr = from_environ({"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "2", "MASTER_ADDR": "x",
+                       "TORCHELASTIC_RUN_ID": "a/b"})
     assert tr == RankEnv(2, 3, 2, None, None, "a_b", None, "torchrun")
     assert from_environ({"RANK": "0", "WORLD_SIZE": "1"}).run == "torchrun"
 
@@ -110,7 +113,8 @@ def test_from_environ_reads_purlin_and_torchrun_variables():
     ({"RANK": "x"}, "RANK"), ({"WORLD_SIZE": "0"}, "WORLD_SIZE"), ({"RANK": "4"}, "RANK=4 is not below WORLD_SIZE=4"),
     ({"LOCAL_RANK": "-1"}, "LOCAL_RANK"), ({"PURLIN_STORE": "nowhere"}, "PURLIN_STORE"),
     ({"PURLIN_STORE": "h:99999"}, "PURLIN_STORE"), ({"PURLIN_TOKEN": "zz"}, "PURLIN_TOKEN"),
-    ({"PURLIN_TOKEN": ""}, "PURLIN_TOKEN"), ({"PURLIN_RUN": "../x"}, "PURLIN_RUN"), ({"PURLIN_DEVICE": "gpu0"}, "PURLIN_DEVICE"),
+    ({"PURLIN_TOKEN": ""}, "PURLIN_TOKEN"), ({"PURLIN_RUN": "../x"}, "PURLIN_RUN"),
+    ({"PURLIN_DEVICE": "gpu0"}, "PURLIN_DEVICE"),
 ])
 def test_from_environ_refuses_malformed_values_in_one_line(change, names):
     base = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "PURLIN_STORE": "127.0.0.1:5000",
@@ -158,7 +162,8 @@ def test_launch_stops_the_others_when_a_rank_is_killed(tmp_path, capfd):
 @pytest.mark.timeout(60)
 def test_launch_terminates_ranks_that_outstay_the_grace(tmp_path, capfd):
     # Ranks that sleep instead of waiting on the store never see the abort.
-    code = "import os, sys, time; open(os.path.join(sys.argv[1], 'pid' + os.environ['RANK']), 'w').write(str(os.getpid()))\n" \
+    code = "import os, sys, time\n" \
+           "open(os.path.join(sys.argv[1], 'pid' + os.environ['RANK']), 'w').write(str(os.getpid()))\n" \
            "if os.environ['RANK'] == '2': sys.exit(7)\ntime.sleep(600)"
     t0 = time.monotonic()
     assert launch(["-c", code, str(tmp_path)], 3, grace_s=1) == 7
@@ -176,23 +181,80 @@ sys.exit(launch(sys.argv[1:], 2))
 
 
 @pytest.mark.timeout(60)
-def test_sigterm_to_the_launcher_stops_every_rank(tmp_path):
+def test_sigterm_to_the_launcher_stops_every_rank_and_leaves_no_folder(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, *child_argv("hang", 30, tmp_path)], stderr=subprocess.PIPE)
     deadline = time.monotonic() + 20
-    while not all((tmp_path / f"pid{r}").exists() for r in range(2)) and time.monotonic() < deadline:
+    while not (tmp_path / "rank0.json").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
     err = proc.communicate(timeout=20)[1]
     assert proc.returncode == 143 and b"purlin: got SIGTERM" in err
     assert all(gone(int((tmp_path / f"pid{r}").read_text())) for r in range(2))
+    # Rank 0 was terminated before its own cleanup: the launcher removed the
+    # folder it made, though its name carries a suffix after the run id.
+    folder = Path(result(tmp_path, 0)["dir"])
+    assert not folder.exists(), f"{folder} was left behind"
+    assert folder.name.startswith(f"purlin-{os.getuid()}-{proc.pid}-")  # whose it was, in its name
+
+
+@pytest.mark.timeout(60)
+def test_rank_0_killed_leaves_no_folder_of_its_run(tmp_path, capfd):
+    assert launch(child_argv("launch_kill0", 30, tmp_path), 3, grace_s=10) == 128 + signal.SIGKILL
+    assert "purlin: rank 0 was killed by SIGKILL" in capfd.readouterr().err
+    folder = Path(result(tmp_path, 0)["dir"])
+    assert not folder.exists(), f"{folder} was left behind"
+    for rank in (1, 2):
+        assert result(tmp_path, rank)["error"] == "PeerFailed"
+
+
+@pytest.mark.timeout(60)
+def test_connections_that_never_prove_the_token_do_not_delay_the_abort(tmp_path, capfd):
+    """300 connections without the token fill the store's slots for
+    newcomers; the launcher's abort after a rank dies must not need one."""
+    flood: list[socket.socket] = []
+    went: list[float] = []
+    done = threading.Event()
+
+    def flood_then_go() -> None:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "store").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        host, _, port = (tmp_path / "store").read_text().rpartition(":")
+        # Held, and more made as the server drops the ones that never answer.
+        while not done.is_set() and time.monotonic() < deadline and len(flood) < 1000:
+            try:
+                flood.append(socket.create_connection((host, int(port)), timeout=0.2))
+            except OSError:
+                pass
+            if len(flood) >= 300 and not went:
+                went.append(time.monotonic())
+                (tmp_path / "go").write_text("")
+
+    thread = threading.Thread(target=flood_then_go, daemon=True)
+    thread.start()
+    try:
+        assert launch(child_argv("launch_flood", 30, tmp_path), 3, grace_s=20) == 128 + signal.SIGKILL
+        took = time.monotonic() - went[0]
+    finally:
+        done.set()
+        thread.join(10)
+        for conn in flood:
+            conn.close()
+    err = capfd.readouterr().err
+    assert "still running" not in err, "the abort did not reach the ranks: the grace period ended them"
+    assert took < 8, f"the run took {took:.0f} s to stop after the rank died"
+    for rank in (0, 2):
+        assert result(tmp_path, rank)["error"] == "PeerFailed"
 
 
 def test_a_failed_torch_rendezvous_is_one_line_naming_the_rank(monkeypatch):
     import types
 
     def refuse(backend, timeout):
-        raise RuntimeError("DistStoreError: timed out after 5s waiting for clients. 1/2 clients joined.\n  more detail\n")
+        raise RuntimeError(
+            "DistStoreError: timed out after 5s waiting for clients. 1/2 clients joined.\n  more detail\n"
+        )
 
     fake = types.ModuleType("torch.distributed")
     fake.is_available, fake.is_initialized, fake.init_process_group = (lambda: True), (lambda: False), refuse

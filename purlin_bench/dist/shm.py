@@ -78,9 +78,19 @@ def run_dir(run: str) -> Path:
 
 
 def run_dirs(run: str) -> list[Path]:
-    """The existing directories of ``run`` (created by any rank), none created."""
+    """The existing directories of ``run`` (created by any rank), none
+    created: ``purlin-{uid}-{run}`` and ``purlin-{uid}-{run}-{suffix}``, the
+    name a run's rank 0 gives it (a random suffix, backends/procs.py)."""
     _check_name("run id", run)
-    return [p for base in _bases() if _is_ours(p := base / f"{_prefix()}{run}")]
+    exact = f"{_prefix()}{run}"
+    found = []
+    for base in _bases():
+        try:
+            entries = list(base.iterdir())
+        except OSError:
+            continue
+        found += [p for p in entries if (p.name == exact or p.name.startswith(f"{exact}-")) and _is_ours(p)]
+    return sorted(found)
 
 
 def remove_run_dir(path: Path) -> None:
