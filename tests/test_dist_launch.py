@@ -181,15 +181,16 @@ sys.exit(launch(sys.argv[1:], 2))
 
 
 @pytest.mark.timeout(60)
-def test_sigterm_to_the_launcher_stops_every_rank_and_leaves_no_folder(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_to_the_launcher_stops_every_rank_and_leaves_no_folder(tmp_path, sig):
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, *child_argv("hang", 30, tmp_path)], stderr=subprocess.PIPE)
     deadline = time.monotonic() + 20
     while not (tmp_path / "rank0.json").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(sig)
     err = proc.communicate(timeout=20)[1]
-    assert proc.returncode == 143 and b"purlin: got SIGTERM" in err
+    assert proc.returncode == 128 + sig and f"purlin: got {sig.name}".encode() in err
     assert all(gone(int((tmp_path / f"pid{r}").read_text())) for r in range(2))
     # Rank 0 was terminated before its own cleanup: the launcher removed the
     # folder it made, though its name carries a suffix after the run id.
