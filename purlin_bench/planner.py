@@ -15,7 +15,7 @@ from purlin_bench.program.model import Program
 from purlin_bench.program.validate import ProgramInvalid, validate
 from purlin_bench.spec.instance import Instance
 from purlin_bench.strategies import STRATEGIES, get_strategy
-from purlin_bench.strategies.base import Builder, add_call_protocol, check_params, finish, redirect_outputs_through_scratch
+from purlin_bench.strategies.base import ALIGN_BYTES, Builder, add_call_protocol, check_params, finish, redirect_outputs_through_scratch
 
 
 def plan(inst: Instance, strategy: str, dtype: str, redop: str | None = None, params: dict[str, Any] | None = None, inplace: bool = False) -> Program:
@@ -54,12 +54,32 @@ def _plan_uncached(inst: Instance, strategy: str, params: dict[str, int], dtype:
         return validate(rerouted, inst)
 
 
-def _build(inst: Instance, strategy: str, params: dict[str, int], dtype: str, redop: str | None, inplace: bool, reroute: bool) -> Program:
+def _least_steps(inst: Instance, slice_bytes: int) -> int:
+    """A lower bound on any strategy's steps, known before building: every
+    slice of every flow is at least one step. Checked first, since building
+    the steps of 10M elements in 1-byte slices takes minutes and memory."""
+    if not slice_bytes:
+        return 0  # slices picked per strategy: bounded by its pieces, not by the count
+    unit = max(1, ALIGN_BYTES // inst.itemsize)
+    size = max(unit, -(-max(1, slice_bytes // inst.itemsize) // unit) * unit)
+    return sum(-(-flow.count // size) for flow in inst.flows)
+
+
+def _too_many(strategy: str, inst: Instance, steps: int) -> PlanError:
+    return PlanError(f"{strategy} would take {steps} steps for {inst.spec.name} of {inst.count} elements "
+                     f"(at most {MAX_STEPS}); use larger slices or fewer channels")
+
+
+def _build(inst: Instance, strategy: str, params: dict[str, int], dtype: str, redop: str | None, inplace: bool,
+           reroute: bool) -> Program:
+    least = _least_steps(inst, params["slice_bytes"])
+    if least > MAX_STEPS:
+        raise _too_many(strategy, inst, least)
     b = Builder(inst, params["channels"])
     STRATEGIES[strategy].emit(b, params)
     steps = sum(len(steps) for chans in b.lists for steps in chans)
     if steps > MAX_STEPS:
-        raise PlanError(f"{strategy} would take {steps} steps for {inst.spec.name} of {inst.count} elements (at most {MAX_STEPS}); use larger slices or fewer channels")
+        raise _too_many(strategy, inst, steps)
     if reroute:
         redirect_outputs_through_scratch(b)
     add_call_protocol(b)

@@ -85,11 +85,18 @@ class TunedCollective:
         return count
 
     def __call__(self, inputs: Sequence[Any], root: int = 0, redop: str | None = None) -> list[Any]:
+        if isinstance(inputs, (str, bytes)) or not hasattr(inputs, "__len__"):
+            raise PurlinError(f"inputs must be a list of per-rank arrays, got {type(inputs).__name__}")
         if len(inputs) != self.ranks:
             raise PurlinError(f"this plan is for {self.ranks} ranks; got {len(inputs)} input arrays")
         for r, x in enumerate(inputs):
+            # A plain list has no dtype: said as the caller's mistake, not an AttributeError.
+            if not hasattr(x, "dtype") or getattr(x, "ndim", 1) != 1:
+                raise PurlinError(f"input of rank {r} must be a 1-D array of {self.plan.dtype}, got {type(x).__name__}")
             if np.dtype(x.dtype) != self._np_dtype:
                 raise PurlinError(f"input of rank {r} is {x.dtype}; this plan is for {self.plan.dtype}")
+        if isinstance(root, bool) or not isinstance(root, int) or not 0 <= root < self.ranks:
+            raise PurlinError(f"root must be a rank of 0..{self.ranks - 1}, got {root!r}")
         count = self.count_of(inputs, root)
         _, runner = self._runner(count, root, redop)
         service = self.service()
@@ -140,6 +147,7 @@ def load_plan(
     ``backend`` runs it elsewhere than the plan's own backend (e.g. a GPU plan
     on the numpy reference, with ``override=True``). ``spec`` supplies the
     collective when the plan is of a user's spec file, not a built-in one."""
+    _check_arguments(target, dtype, ranks, gpus, backend, spec)
     if _is_path(target):
         path = Path(target)
         plan = load_plan_file(path, spec)
@@ -159,6 +167,28 @@ def load_plan(
         plan = load_plan_file(path, spec)
     _check_fits(plan, here, str(path), override)
     return TunedCollective(plan, spec or _spec_of(plan, str(path)), run_backend, str(path))
+
+
+def _check_arguments(target, dtype, ranks, gpus, backend, spec) -> None:
+    """load_plan's arguments, each of its type and domain: a wrong one is one
+    PurlinError line, not a TypeError deep inside (and ``ranks=0`` is an
+    error, not the default 8 it was quietly taken for)."""
+    from purlin_bench.spec.instance import MAX_RANKS
+
+    if not isinstance(target, (str, Path)):
+        raise PurlinError(f"load_plan: target must be a plan file or a collective name, got {type(target).__name__}")
+    if not isinstance(dtype, str):
+        raise PurlinError(f"load_plan: dtype must be a name such as 'float32', got {type(dtype).__name__}")
+    if ranks is not None and (isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= MAX_RANKS):
+        raise PurlinError(f"load_plan: ranks must be a whole number from 1 to {MAX_RANKS}, got {ranks!r}")
+    if gpus is not None and (isinstance(gpus, (str, bytes)) or not all(
+            isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus)):
+        raise PurlinError(f"load_plan: gpus must be a list of device numbers, got {gpus!r}")
+    if backend is not None and not isinstance(backend, str):
+        raise PurlinError(f"load_plan: backend must be a name, got {type(backend).__name__}")
+    if spec is not None and not isinstance(spec, CollectiveSpec):
+        raise PurlinError(f"load_plan: spec must be a CollectiveSpec (purlin_bench.spec.load_spec_file(PATH)), "
+                          f"got {type(spec).__name__} {spec!r}"[:200])
 
 
 def default_results_dir(backend: str) -> str:

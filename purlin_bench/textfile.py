@@ -105,7 +105,29 @@ def parse_json(text: str, where: str, error: type[Exception], constants: bool = 
         raise error(f"{where}: not valid JSON: nested too deeply") from None
     if depth(data, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         raise error(f"{where}: not valid JSON: nested more than {MAX_JSON_DEPTH} levels deep")
+    bad = _lone_surrogate(data)
+    if bad is not None:
+        # JSON's \ud800 escape decodes to a str that no file or terminal can
+        # take: every later print or write of it would be a traceback.
+        raise error(f"{where}: not valid JSON: a lone surrogate ({bad!r}) in a string")
     return data
+
+
+def _lone_surrogate(data: Any) -> str | None:
+    stack = [data]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return node[exc.start:exc.end]
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
 
 
 def _no_constant(name: str) -> float:
@@ -150,6 +172,34 @@ def output_refusal(path: str | Path) -> str | None:
     if stat.S_ISREG(mode) or stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
         return None
     return f"is {_kind(mode)}, not a file"
+
+
+def writable_refusal(path: str | Path) -> str | None:
+    """Why ``path`` cannot be written as :func:`write_with` would write it
+    (missing folders created), or None. For checks before work: a tune that
+    measures for an hour and then finds its plan's path is a folder has
+    wasted the hour."""
+    path = Path(path)
+    why = output_refusal(path)
+    if why:
+        return why
+    for part in path.parts:
+        if len(os.fsencode(part)) > 255:
+            return f"a name of {len(os.fsencode(part))} bytes in the path (at most 255)"
+    if is_stream(path):
+        return None if os.access(path, os.W_OK) else "permission denied"
+    existing = path.parent
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if not os.path.isdir(existing):
+        return f"{existing} is not a folder"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".purlin-probe.", dir=existing)
+    except OSError as exc:
+        return f"cannot write in {existing}: {exc.strerror or exc}"
+    os.close(fd)
+    _remove(name)
+    return None
 
 
 def write_output(path: str | Path, data: str | bytes, make_folder: bool = False) -> None:
@@ -229,4 +279,4 @@ def _remove(tmp: str | None) -> None:
 
 
 __all__ = ["MAX_TEXT_BYTES", "is_stream", "output_refusal", "parse_json", "read_bytes", "read_text",
-           "write_output", "write_with"]
+           "writable_refusal", "write_output", "write_with"]

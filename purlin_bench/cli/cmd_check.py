@@ -15,7 +15,7 @@ from typer.core import TyperCommand
 from purlin_bench.cli import check_matrix as m
 from purlin_bench.cli.limits import check_check
 from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, invocation, note, refuse_foreign_params
-from purlin_bench.cli.procs import PROCS_HELP, check_procs, launch, ranks_for
+from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.cli.targets import many_specs
 from purlin_bench.backends import AUTO, REFERENCE, all_params, names, resolve
 from purlin_bench.errors import PurlinError
@@ -132,11 +132,12 @@ def check(
     inplace_mode: Optional[str] = typer.Option(None, "--inplace-mode", hidden=True),
     backend: str = typer.Option(REFERENCE, "--backend", help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable, else the CPU reference)."),
     spec_files: Optional[list[str]] = typer.Option(None, "--spec", help="A user's collective spec (.yaml) to check; repeatable."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs and of the CPU executor's interleaving."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random inputs and of the CPU executor's interleaving."),
     failed_only: bool = typer.Option(False, "--failed-only", help="List only failed combinations in the table (the summary counts all)."),
     as_json: bool = typer.Option(False, "--json", help="Print results and summary as JSON to stdout."),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="One rank per GPU: '0,1,2,3' or 'all' (cupy); replaces --ranks."),
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
+    mps: bool = typer.Option(False, "--mps", help=MPS_HELP),
     kernel: Optional[str] = typer.Option(None, "--kernel", help=f"{all_params()['kernel'][0].help} ({', '.join(all_params()['kernel'][1])}; default: its own)."),
 ) -> None:
     """Check collectives against their reference semantics, for every
@@ -145,10 +146,11 @@ def check(
     chosen, why = resolve(backend)
     exec_params = _datapath(chosen, {"kernel": kernel})
     devices = gpu_devices(gpus, chosen)
+    check_mps(mps, procs)
     if procs is not None:
         counts = int_list(procs, "--procs", minimum=1)
         check_procs(counts, chosen, ranks, {"--json": as_json})
-        raise typer.Exit(launch(counts, devices, invocation))
+        raise typer.Exit(launch(counts, devices, invocation, mps))
     given = int_list(ranks, "--ranks", minimum=1) if ranks else None
     request = m.Request(
         specs=tuple(many_specs(collective, spec_files or [])),

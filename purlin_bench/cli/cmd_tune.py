@@ -19,13 +19,17 @@ from rich.table import Table
 from purlin_bench.cli import common, limits, outputs
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.backends import AUTO, names, resolve as resolve_backend
-from purlin_bench.cli.procs import PROCS_HELP, check_procs, launch, ranks_for
+from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.errors import PurlinError
 from purlin_bench.sizes import parse_bytes
 from purlin_bench.spec.loader import load_all_builtin, resolve
 
 ORDER = 50
 _DEFAULT_SWEEP = "default"
+# Each round re-measures 4 finalists per study: 100 rounds is already far
+# past where the median stops moving, and a billion never ends.
+MAX_CONFIRM = 100
+_CONFIRM_WHY = "each round re-measures the finalists of every study"
 
 _HELP = """Tune strategies and datapath parameters per message-size bucket.
 
@@ -48,7 +52,7 @@ def tune(
     trials: Optional[int] = typer.Option(None, "--trials", help="finished trials wanted per study, in total across restarts and workers [default: the sweep's]"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="seconds per study; no trial starts after it"),
     sampler: str = typer.Option("tpe", "--sampler", help="tpe | random | bruteforce"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="sampler seed (each study derives its own)"),
+    seed: Optional[int] = typer.Option(None, "--seed", min=0, help="sampler seed (each study derives its own)"),
     confirm: int = typer.Option(3, "--confirm", help="re-measure the 3 fastest and the default this many rounds before picking; the default stays unless beaten by 2% (0: take the study's best)"),
     storage: Optional[str] = typer.Option(None, "--storage", help="study storage URL [default: sqlite:///OUT/tune.db]"),
     out: Optional[Path] = typer.Option(None, "--out", help="folder of plan artifacts [default: results/ on a GPU, results-cpu/ (git-ignored) for CPU timings]"),
@@ -57,9 +61,10 @@ def tune(
     max_bytes: Optional[str] = typer.Option(None, "--max-bytes", help="keep only buckets that end at or below this size [default: the backend's: none on a GPU, 64K on the CPU reference]"),
     force: bool = typer.Option(False, "--force", help="confirm the finalists again and rewrite plans that are already complete"),
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
+    mps: bool = typer.Option(False, "--mps", help=MPS_HELP),
 ) -> int:
     # Imported here: they pull Optuna's storage layer and the planner in.
-    from purlin_bench.tune.driver import TuneRequest, plan_jobs, run_tune
+    from purlin_bench.tune.driver import TuneRequest, check_targets, plan_jobs, run_tune
     from purlin_bench.tune.storage import check_url, default_storage_url, open_storage
     from purlin_bench.tune.sweep import resolve_sweep
     from purlin_bench.tune.tuner import SAMPLERS, TuneSettings
@@ -79,15 +84,19 @@ def tune(
         raise PurlinError(f"--trials must be >= 1, got {trials}")
     if confirm < 0:
         raise PurlinError(f"--confirm must be >= 0 rounds, got {confirm}")
-    if timeout is not None and timeout <= 0:
-        raise PurlinError(f"--timeout must be > 0 seconds, got {timeout}")
+    if confirm > MAX_CONFIRM:
+        raise PurlinError(f"--confirm must be at most {MAX_CONFIRM} rounds, got {confirm} ({_CONFIRM_WHY})")
+    # `not (x > 0)`, not `x <= 0`: NaN compares false both ways and would pass.
+    if timeout is not None and not (0 < timeout < float("inf")):
+        raise PurlinError(f"--timeout must be a finite number of seconds > 0, got {timeout}")
     chosen = resolve_sweep(sweep)
     specs = tuple(load_all_builtin()) if collective == "all" else (resolve(collective),)
+    check_mps(mps, procs)
     if procs is not None:
         counts = common.int_list(procs, "--procs", minimum=1)
         backend_cls, _ = resolve_backend(backend)
         check_procs(counts, backend_cls, ranks)
-        raise typer.Exit(launch(counts, common.gpu_devices(gpus, backend_cls), common.invocation))
+        raise typer.Exit(launch(counts, common.gpu_devices(gpus, backend_cls), common.invocation, mps))
     # Notes wait until every input is validated: bad input is one line, alone.
     notes: list[str] = []
     backend_cls, why = resolve_backend(backend)
@@ -114,6 +123,8 @@ def tune(
         out_dir=out,
         force=force,
     )
+    limits.check_tune(plan_jobs(request), chosen, backend_cls)
+    check_targets(request)  # before the storage and the notes: a refusal is one line, alone
     study_storage = open_storage(request.storage_url)
     for message in notes:
         common.note(message)

@@ -127,6 +127,20 @@ def check_bench(collective: str, maxbytes: str | None, backend: str, ranks: int,
         check_memory(needed_bytes(inst, np_dtype.itemsize, copies=4 if inplace else 2), f"{spec.name} at {top} B on {ranks} ranks", backend_cls)
 
 
+def check_tune(jobs, sweep, backend) -> None:
+    """purlin tune's memory bound, as bench has it: each job at the largest
+    size its buckets probe (a trial, the default and the finalists' sets)."""
+    from purlin_bench.dtypes import DTYPES
+    from purlin_bench.spec.instance import instantiate
+
+    top = max(max(b.probe_bytes) for b in sweep.buckets)
+    for job in jobs:
+        itemsize = DTYPES[job.dtype].itemsize
+        count = job.spec.count_for_bytes(job.ranks, top, itemsize)
+        inst = instantiate(job.spec, job.ranks, count, itemsize)
+        check_memory(needed_bytes(inst, itemsize, copies=2), f"{job.spec.name} at {top} B on {job.ranks} ranks", backend)
+
+
 def check_check(request, backend) -> None:
     """purlin check's bounds: rank counts, --op on copy collectives, and the
     memory of the largest count of each collective."""
@@ -152,4 +166,4 @@ def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
-__all__ = ["available_memory", "check_choice", "check_given", "check_bench", "check_check", "check_memory", "check_no_op", "op_given", "check_plan_param", "check_ranks", "needed_bytes"]
+__all__ = ["available_memory", "check_choice", "check_given", "check_bench", "check_check", "check_tune", "check_memory", "check_no_op", "op_given", "check_plan_param", "check_ranks", "needed_bytes"]

@@ -99,6 +99,13 @@ def _main(
 def run(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the exit code."""
     common.invocation[:] = list(sys.argv[1:] if argv is None else argv)
+    if sys.stdout is None:
+        # Started with stdout closed (`>&-`): Python then has no sys.stdout,
+        # and the first table or print would be an AttributeError traceback.
+        common.error("cannot write to stdout: it is closed (redirect it to a file or /dev/null)")
+        if argv is None:
+            sys.exit(1)
+        return 1
     try:
         # One of a run's processes (--procs, torchrun): the workers serve
         # rank 0 here and never parse the command line.

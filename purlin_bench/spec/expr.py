@@ -50,6 +50,7 @@ class Expr:
     text: str
     names: frozenset[str]
     _run: Evaluator = field(compare=False)  # the same text reads the same
+    cost: int = field(default=1, compare=False)  # syntax nodes: the work of one evaluation
 
     def __call__(self, env: Env) -> Value:
         try:
@@ -78,18 +79,32 @@ def _show_env(env: Env, names: frozenset[str]) -> str:
     return ", ".join(f"{n}={env[n]}" for n in sorted(names) if n in env) or "no variables"
 
 
+# Bounds on one expression, checked before it is compiled: index arithmetic
+# is a handful of nodes (``(r + 1) % R`` is 5). A longer one is refused:
+# compiling recurses per level (3,000 terms raised RecursionError), and it is
+# evaluated once per loop iteration (the loader weighs its loops by cost).
+MAX_EXPR_CHARS = 1024
+MAX_EXPR_NODES = 200
+
+
 def parse(text: str | int, allowed_names: frozenset[str] | set[str]) -> Expr:
     """Parse ``text`` into an :class:`Expr` that may read only ``allowed_names``."""
     source = str(text).strip()
     if not source:
         raise ExprError("empty expression")
+    if len(source) > MAX_EXPR_CHARS:
+        raise ExprError(f"an expression of {len(source)} characters (at most {MAX_EXPR_CHARS}): '{source[:40]}...'")
     try:
         tree = ast.parse(source, mode="eval")
-    except SyntaxError as exc:
-        raise ExprError(f"cannot parse '{source}': {exc.msg}") from None
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        raise ExprError(f"cannot parse '{source[:60]}': {getattr(exc, 'msg', None) or exc}") from None
+    cost = sum(1 for node in ast.walk(tree.body) if not isinstance(node, (ast.expr_context, ast.operator,
+                                                                          ast.cmpop, ast.boolop, ast.unaryop)))
+    if cost > MAX_EXPR_NODES:
+        raise ExprError(f"'{source[:40]}...' has {cost} terms (at most {MAX_EXPR_NODES})")
     names: set[str] = set()
     run = _compile(tree.body, source, frozenset(allowed_names), names)
-    return Expr(source, frozenset(names), run)
+    return Expr(source, frozenset(names), run, cost)
 
 
 def _compile(node: ast.AST, source: str, allowed: frozenset[str], names: set[str]) -> Evaluator:

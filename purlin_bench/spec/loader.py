@@ -44,6 +44,7 @@ LOAD_CHECK_RANKS = range(1, 9)
 # checked against what is left before it runs. (Python evaluates about 250k
 # iterations a second, and a program has at most planner.MAX_STEPS steps.)
 MAX_CHUNKS = 1 << 14
+ITERATION_NODES = 8
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,13 @@ class LayoutEntry:
         runs (ExprError)."""
         keys: list[tuple] = []
         budget = [MAX_CHUNKS] if budget is None else budget
+        # An innermost iteration evaluates the condition and the chunk's
+        # arguments: up to 8 syntax nodes count as one iteration (every
+        # built-in spec), a costlier one as more, so the budget bounds the
+        # work, not only the count (a 20,000-clause condition over 16,000
+        # iterations ran for minutes).
+        nodes = (self.when.cost if self.when else 0) + sum(a.cost for a in self.args)
+        weight = max(1, -(-nodes // ITERATION_NODES))
 
         def walk(depth: int, scope: dict[str, Any]) -> None:
             if depth == len(self.loops):
@@ -89,9 +97,13 @@ class LayoutEntry:
                 n = len(values)
             except OverflowError:  # longer than sys.maxsize
                 n = MAX_CHUNKS + 1
-            if n > budget[0]:
-                raise ExprError(f"loop '{loop.var}' would take more than {MAX_CHUNKS} iterations for one rank's buffer (R={env.get('R')}): at most {MAX_CHUNKS}, so that a spec is built in seconds, not hours")
-            budget[0] -= n
+            cost = n * weight if depth == len(self.loops) - 1 else n
+            if cost > budget[0]:
+                costly = f" ({n} of {weight}x the work, for its {nodes}-term condition and arguments)" if weight > 1 else ""
+                raise ExprError(f"loop '{loop.var}' would take more than {MAX_CHUNKS} iterations{costly} for one "
+                                f"rank's buffer (R={env.get('R')}): at most {MAX_CHUNKS}, so that a spec is built "
+                                "in seconds, not hours")
+            budget[0] -= cost
             for value in values:
                 walk(depth + 1, {**scope, loop.var: value})
 
@@ -161,7 +173,7 @@ def _parse_entry(source: str, where: str, raw: Any) -> LayoutEntry:
         raise _fail(source, where, "an entry is a mapping with 'chunk' (and optional 'for', 'when') or a chunk string")
     unknown = set(raw) - _ENTRY_KEYS
     if unknown:
-        raise _fail(source, where, f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_ENTRY_KEYS)}")
+        raise _fail(source, where, f"unknown key(s) {sorted(unknown, key=repr)}; allowed: {sorted(_ENTRY_KEYS)}")
     if "chunk" not in raw:
         raise _fail(source, where, "missing 'chunk'")
     names = set(BASE_NAMES)
@@ -231,7 +243,7 @@ def parse_spec(raw: Any, source: str) -> CollectiveSpec:
         raise _fail(source, "top level", "a spec is a mapping with name, op, input and output")
     unknown = set(raw) - _TOP_KEYS
     if unknown:
-        raise _fail(source, "top level", f"unknown key(s) {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
+        raise _fail(source, "top level", f"unknown key(s) {sorted(unknown, key=repr)}; allowed: {sorted(_TOP_KEYS)}")
     for key in ("name", "op", "input", "output"):
         if key not in raw:
             raise _fail(source, key, "missing")

@@ -24,6 +24,7 @@ from purlin_bench.config import RunConfig
 from purlin_bench.errors import PurlinError
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.measurement import MeasurementService
+from purlin_bench.textfile import writable_refusal
 from purlin_bench.planfile import PlanArtifact, PlanEntry, SweepRef, load_plan_file, plan_path, write_plan
 from purlin_bench.spec.loader import CollectiveSpec
 from purlin_bench.tune.effective import effective_config
@@ -107,9 +108,32 @@ def study_name(fp: Fingerprint, collective: str, dtype: str, bucket: Bucket, swe
     return f"purlin/{fp.gpu_type}/{fp.layout}/{collective}/{dtype}/{bucket.label}/at-{probes}/space-{sweep.space_digest}"
 
 
+def check_targets(request: TuneRequest) -> None:
+    """Before any study: every plan this tune will write can be written there
+    (not a folder; its folder not a file), and none it would replace comes
+    from another sweep (a quick tune must not silently replace a default
+    one's plan; --force says it may)."""
+    for job in plan_jobs(request):
+        fp = make(backend_class(request.backend), job.ranks, request.gpus).fingerprint()
+        path = plan_path(request.out_dir, fp.gpu_type, job.spec.name, fp.layout, job.dtype)
+        why = writable_refusal(path)
+        if why:
+            raise PurlinError(f"cannot write the plan {path}: {why}")
+        if request.force or not path.is_file():
+            continue
+        try:
+            previous = load_plan_file(path, job.spec)
+        except PurlinError:
+            continue  # unreadable: replaced, with a note, as _previous_plan says
+        if previous.sweep.name != request.sweep.name:
+            raise PurlinError(f"{path} holds a plan from sweep '{previous.sweep.name}', this tune's sweep is "
+                              f"'{request.sweep.name}': --force to replace it, or --out for another folder")
+
+
 def run_tune(request: TuneRequest, reporter: Reporter, storage: object | None = None) -> list[JobResult]:
     """Tune every job of ``request``; ``storage`` is an opened study storage
     (default: opened from ``request.storage_url``)."""
+    check_targets(request)
     storage = storage if storage is not None else open_storage(request.storage_url)
     try:
         return [_run_job(request, job, storage, reporter) for job in plan_jobs(request)]

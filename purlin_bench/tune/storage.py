@@ -106,7 +106,12 @@ def _engine_kwargs(url: str) -> dict[str, Any]:
 def _reason(exc: BaseException) -> str:
     """The first informative line of a database error."""
     if isinstance(exc, ImportError):
-        return "no database driver for it is installed (for PostgreSQL: pip install 'purlin-bench[postgres]')"
+        return "no database driver for it is installed (for PostgreSQL, in a checkout: pip install -e '.[postgres]')"
+    # Optuna wraps the database's own error (a read-only file, a full disk)
+    # in a StorageInternalError that guesses "e.g. exceeding max length":
+    # the cause is what the user can act on.
+    while type(exc).__name__ == "StorageInternalError" and (exc.__cause__ or exc.__context__) is not None:
+        exc = exc.__cause__ or exc.__context__
     text = str(getattr(exc, "orig", None) or exc)
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("(Background")]
     first = lines[0] if lines else type(exc).__name__
@@ -147,6 +152,13 @@ def open_storage(url: str, heartbeat_s: int | None = None, grace_s: int | None =
             time.sleep(0.5 + random.random())
         except (ImportError, ValueError) as exc:
             raise StorageError(f"cannot open study storage {display_url(url)}: {_reason(exc)}") from None
+        except RuntimeError as exc:
+            # Optuna's schema check: tables set up by another Optuna version.
+            # Its advice (pip install -U optuna) may be wrong both ways, so
+            # only its first sentence is kept, with what purlin can say.
+            first = str(exc).split(". ")[0]
+            raise StorageError(f"cannot open study storage {display_url(url)}: {first} (written by another "
+                               "Optuna version: use that version, or another --storage / --out)") from None
         except Exception as exc:  # SQLAlchemy and driver errors have no common base we can import lazily
             if _is_database_error(exc):
                 raise StorageError(f"cannot open study storage {display_url(url)}: {_reason(exc)}") from None
