@@ -215,28 +215,46 @@ def tune_hint(collective: str, dtype: str, backend: str, ranks: int, gpus: Seque
     return " ".join(words)
 
 
-def plan_lookup(plan: str, backend: str, ranks: int, dtype: str, gpus: Sequence[int] | None = None, results_dir: str | Path | None = None) -> Callable[[Instance, int], RunConfig]:
-    """For ``purlin bench --plan FILE|auto``: (instance, message bytes) ->
-    the plan's configuration, as ``backend`` runs it. ``auto`` finds each
-    collective's plan for this machine; a file must match the collective."""
+class PlanLookup:
+    """For ``purlin bench --plan FILE|auto``: (instance, message bytes) -> the
+    plan's configuration, as the backend runs it; ``sources`` names the plan
+    file of each collective (results say which plan produced them)."""
+
+    def __init__(self, load: Callable[[str], TunedCollective]):
+        self._load = load
+        self.tuned: dict[str, TunedCollective] = {}
+
+    def load(self, name: str) -> TunedCollective:
+        if name not in self.tuned:
+            self.tuned[name] = self._load(name)
+        return self.tuned[name]
+
+    @property
+    def sources(self) -> dict[str, str]:
+        return {name: t.source for name, t in self.tuned.items()}
+
+    def __call__(self, inst: Instance, nbytes: int) -> RunConfig:
+        return self.load(inst.spec.name).config_for(nbytes)
+
+
+def plan_lookup(plan: str, backend: str, ranks: int, dtype: str, gpus: Sequence[int] | None = None,
+                results_dir: str | Path | None = None, collectives: Sequence[str] = ()) -> PlanLookup:
+    """The :class:`PlanLookup` of ``plan``. ``auto`` finds each collective's
+    plan for this machine; a file must match the collective. The plans of
+    ``collectives`` are read now, not at the first size measured: a missing
+    or corrupt one is refused before the bench prints or measures anything."""
     canonical_dtype, _ = resolve_dtype(dtype)
-    loaded: dict[str, TunedCollective] = {}
-    # A plan file is read now, not at the first size measured: a missing or
-    # corrupt file is refused before the bench prints or measures anything.
     from_file = None if plan == "auto" else load_plan(plan, canonical_dtype, ranks, gpus=gpus, backend=backend)
 
-    def tuned(name: str) -> TunedCollective:
-        if name not in loaded:
-            if from_file is None:
-                loaded[name] = load_plan(name, canonical_dtype, ranks, gpus=gpus, backend=backend, results_dir=results_dir)
-            else:
-                _check_matches(from_file, name, canonical_dtype)
-                loaded[name] = from_file
-        return loaded[name]
+    def load(name: str) -> TunedCollective:
+        if from_file is None:
+            return load_plan(name, canonical_dtype, ranks, gpus=gpus, backend=backend, results_dir=results_dir)
+        _check_matches(from_file, name, canonical_dtype)
+        return from_file
 
-    def lookup(inst: Instance, nbytes: int) -> RunConfig:
-        return tuned(inst.spec.name).config_for(nbytes)
-
+    lookup = PlanLookup(load)
+    for name in collectives:
+        lookup.load(name)
     return lookup
 
 

@@ -34,13 +34,18 @@ class BenchRecord:
     count: int
     type: str
     redop: str
-    root: int
+    root: int  # -1 for a collective without one, as nccl-tests writes it, in every format
     strategy: str  # the configuration, readable
     config: dict[str, Any]
     out_of_place: Side
     in_place: Side | None
     baselines: dict[str, float] = field(default_factory=dict)  # name -> microseconds per call
     floor_us: float | None = None
+    # What produced the row, in the row: rows of several runs are often
+    # concatenated, and a plan file or a rank layout in a header is lost then.
+    ranks: int = 0
+    layout: str = ""
+    plan: str | None = None  # the plan file of --plan, else None
 
     def speedup(self, baseline: str) -> float | None:
         t = self.baselines.get(baseline)
@@ -64,6 +69,8 @@ class BenchOptions:
     check: bool = True
     inplace: bool = True
     baselines: tuple[str, ...] = ()
+    layout: str = ""  # the backend's rank layout (8vr, nvlink-8, 2proc-1gpu), recorded in each row
+    plans: dict[str, str] = field(default_factory=dict)  # collective -> the plan file it runs
 
 
 def _side(inst: Instance, size: int, time_us: float, nwrong: int) -> Side:
@@ -108,4 +115,7 @@ class Measurer:
             in_place = _side(inst, size, ip.us(_CONFIG), ip.nwrong[_CONFIG] if o.check else 0)
         floor = self.bandwidth.floor_us(inst, size) if self.bandwidth else None
         program = self.service.program(inst, config, dtype, redop)
-        return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", inst.root, config.text(), config.to_dict(), _side(inst, size, compared.us(_CONFIG), nwrong), in_place, times, floor)
+        root = inst.root if inst.spec.rooted else -1
+        return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", root, config.text(),
+                           config.to_dict(), _side(inst, size, compared.us(_CONFIG), nwrong), in_place, times, floor,
+                           inst.ranks, o.layout, o.plans.get(inst.spec.name))

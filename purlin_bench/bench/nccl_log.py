@@ -44,7 +44,8 @@ def _side(side: Side | None, checked: bool) -> str:
 
 
 def row(r: BenchRecord, rooted: bool, checked: bool) -> str:
-    """One data row; nccl-tests prints root -1 for a collective without one."""
+    """One data row; nccl-tests prints root -1 for a collective without one
+    (the record holds -1 then already: every format says the same)."""
     line = "%12d  %12d  %8s  %6s  %6d" % (r.size, r.count, _TYPE.get(r.type, r.type), r.redop, r.root if rooted else -1)
     return line + _side(r.out_of_place, checked) + _side(r.in_place, checked)
 

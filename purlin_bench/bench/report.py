@@ -113,8 +113,11 @@ def json_row(r: BenchRecord) -> dict[str, Any]:
     def side(s):
         return None if s is None else {"time": s.time_us, "alg_bw": s.algbw, "bus_bw": s.busbw, "nwrong": s.nwrong}
 
-    row = {"collective": r.collective, "size": r.size, "count": r.count, "type": r.type, "redop": r.redop, "root": r.root, "out_of_place": side(r.out_of_place), "in_place": side(r.in_place)}
-    row.update(strategy=r.strategy, config=r.config, baselines=r.baselines, speedup={b: r.speedup(b) for b in r.baselines}, floor_us=r.floor_us, roofline_pct=r.roofline_pct())
+    row = {"collective": r.collective, "size": r.size, "count": r.count, "type": r.type, "redop": r.redop,
+           "root": r.root, "out_of_place": side(r.out_of_place), "in_place": side(r.in_place)}
+    row.update(strategy=r.strategy, config=r.config, baselines=r.baselines,
+               speedup={b: r.speedup(b) for b in r.baselines}, floor_us=r.floor_us, roofline_pct=r.roofline_pct(),
+               ranks=r.ranks, layout=r.layout, plan=r.plan)
     return row
 
 
@@ -125,7 +128,9 @@ def write_json(path: str | Path, records: Iterable[BenchRecord], environment: di
     write_output(path, json.dumps(data, indent=1) + "\n")
 
 
-CSV_FIELDS = ("collective", "size", "count", "type", "redop", "root", "strategy", "oop_time_us", "oop_algbw", "oop_busbw", "oop_nwrong", "ip_time_us", "ip_algbw", "ip_busbw", "ip_nwrong", "floor_us", "roofline_pct")
+CSV_FIELDS = ("collective", "size", "count", "type", "redop", "root", "strategy", "oop_time_us", "oop_algbw",
+              "oop_busbw", "oop_nwrong", "ip_time_us", "ip_algbw", "ip_busbw", "ip_nwrong", "floor_us", "roofline_pct",
+              "ranks", "layout", "plan")
 
 
 def write_csv(path: str | Path, records: Iterable[BenchRecord], complete: bool = True) -> None:
@@ -141,6 +146,7 @@ def write_csv(path: str | Path, records: Iterable[BenchRecord], complete: bool =
         row = [r.collective, r.size, r.count, r.type, r.redop, r.root, r.strategy, r.out_of_place.time_us, r.out_of_place.algbw, r.out_of_place.busbw, r.out_of_place.nwrong]
         row += [ip.time_us, ip.algbw, ip.busbw, ip.nwrong] if ip else ["", "", "", ""]
         row += [r.floor_us if r.floor_us is not None else "", r.roofline_pct() if r.roofline_pct() is not None else ""]
+        row += [r.ranks, r.layout, r.plan or ""]
         row += [r.baselines.get(b, "") for b in baselines] + [r.speedup(b) or "" for b in baselines] + [int(complete)]
         writer.writerow(row)
     write_output(path, out.getvalue())

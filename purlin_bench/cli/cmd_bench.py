@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from purlin_bench.backends import AUTO, all_params, make, names, resolve as resolve_backend
 from purlin_bench.backends.port import TimingPolicy
-from purlin_bench.cli.procs import PROCS_HELP, check_procs, launch, ranks_for
+from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.bench.measure import DEFAULT, BenchOptions, Measurer
 from purlin_bench.bench import nccl_log
 from purlin_bench.bench.report import TableLayout, summary, write_csv, write_json
@@ -67,13 +67,15 @@ def bench(
     plot_out: Optional[str] = typer.Option(None, "--plot", help="write a bandwidth/latency plot (PNG) here"),
     fmt: str = typer.Option(AUTO, "--format", help=f"stdout layout: {' | '.join(FORMATS)}; auto: table on a terminal, nccl-tests' text otherwise (logs its readers parse)"),
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
+    mps: bool = typer.Option(False, "--mps", help=MPS_HELP),
 ) -> None:
     """Measure collectives like nccl-tests: time, algbw, busbw, #wrong, in and out of place."""
+    check_mps(mps, procs)
     if procs is not None:
         counts = common.int_list(procs, "--procs", minimum=1)
         backend_cls, _ = resolve_backend(backend)
         check_procs(counts, backend_cls, None if ranks is None else str(ranks), {"--json": json_out, "--csv": csv_out, "--plot": plot_out})
-        raise typer.Exit(launch(counts, common.gpu_devices(gpus, backend_cls), common.invocation))
+        raise typer.Exit(launch(counts, common.gpu_devices(gpus, backend_cls), common.invocation, mps))
     ranks = ranks_for([ranks] if ranks is not None else None, [8])[0]
     outputs.check_output(json_out, "--json")
     outputs.check_output(csv_out, "--csv")
@@ -97,16 +99,27 @@ def bench(
         raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
     specs = load_all_builtin() if collective == "all" else [resolve(collective)]
     slice_nbytes = None if slice_bytes is None else parse_bytes(slice_bytes, "--slice-bytes")
-    choice = _choice(strategy, plan, channels, slice_nbytes, {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll, "kernel": kernel}, backend_cls, n_ranks, dtype, devices)
+    exec_options = {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll, "kernel": kernel}
+    choice = _choice(strategy, plan, channels, slice_nbytes, exec_options, backend_cls, n_ranks, dtype, devices,
+                     [s.name for s in specs])
+    # Every size's instance before the first byte of output: a rank count or
+    # root a spec refuses is one error line, not a header with no rows.
+    plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root)) for spec in specs]
+    plans = dict(choice.plan_lookup.sources) if choice.plan_lookup is not None else {}
     backend_obj = make(backend_cls, n_ranks, tuple(devices) if devices else None)
     baselines = _baselines(baseline, backend_obj.baselines(), backend_obj.refused_baselines())
     policy = TimingPolicy(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0)
-    options = BenchOptions(policy=policy, check=bool(check), inplace=inplace, baselines=baselines)
     service = MeasurementService(backend_obj)
     with backend_obj.guard():
         bandwidth = backend_obj.copy_bandwidth()
         where = backend_obj.describe()
         env = backend_obj.environment()
+        layout_name = backend_obj.fingerprint().layout
+    env["layout"], env["ranks"] = layout_name, n_ranks
+    if plans:
+        env["plans"] = plans
+    options = BenchOptions(policy=policy, check=bool(check), inplace=inplace, baselines=baselines, layout=layout_name,
+                           plans=plans)
     measurer = Measurer(service, options, bandwidth)
     if why:  # only now: bad input above gets its one error line and nothing else
         common.note(f"{why}. Times below are CPU times of the reference executor, not GPU times.")
@@ -124,8 +137,9 @@ def bench(
         env["copy_bandwidth_gbps"] = round(bandwidth.bytes_per_s / 1e9, 1)
         env["copy_bandwidth_kind"] = bandwidth.kind
         say(f"# floor: {bandwidth.kind} copy bandwidth {bandwidth.bytes_per_s / 1e9:.0f} GB/s (cudaMemcpyAsync, this run)")
+    for name, source in plans.items():
+        say(f"# plan: {name} from {source}")
     command = common.command_line()
-    plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root)) for spec in specs]
     total = sum(len(items) for _, items in plan_text)
     layout = TableLayout(baselines, common.console.width)
     records = []
@@ -139,7 +153,7 @@ def bench(
         if csv_out and (complete or not is_stream(csv_out)):
             write_csv(csv_out, records, complete)
 
-    with common.progress_bar() as progress:
+    with common.progress_bar(rows_on_stdout=True) as progress:
         task = progress.add_task("bench", total=total)
         for spec, items in plan_text:
             title = f"{spec.name}  ({n_ranks} ranks, {dtype}{', ' + (op if spec.op == 'reduce' else 'copy')}{', root ' + str(root) if spec.rooted else ''})"
@@ -198,14 +212,16 @@ def _baselines(text: str, offered: tuple[str, ...], refused: dict[str, str] | No
     return tuple(dict.fromkeys(chosen))
 
 
-def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, ranks, dtype, gpus=None) -> Choice:
+def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, ranks, dtype, gpus=None,
+            collectives=()) -> Choice:
     plan_overrides = {k: v for k, v in (("channels", channels), ("slice_bytes", slice_bytes)) if v is not None}
     exec_overrides = common.refuse_foreign_params(backend, exec_options)
     if plan is None:
         return Choice(strategy, plan_overrides, exec_overrides)
     from purlin_bench.plans import plan_lookup
 
-    return Choice(strategy, plan_overrides, exec_overrides, plan_lookup(plan, backend=backend.name, ranks=ranks, dtype=dtype, gpus=gpus))
+    lookup = plan_lookup(plan, backend=backend.name, ranks=ranks, dtype=dtype, gpus=gpus, collectives=collectives)
+    return Choice(strategy, plan_overrides, exec_overrides, lookup)
 
 
 def register(app: typer.Typer) -> None:

@@ -43,16 +43,28 @@ def command_line() -> str:
     return " ".join(["purlin", *(shlex.quote(a) for a in invocation)])
 
 
-def progress_bar() -> Progress:
-    """A transient bar on stderr, only on a terminal: a log or a pipe gets
-    the tables and the error line, no bar redraws. Rows print above it."""
+def progress_bar(rows_on_stdout: bool = False) -> Progress:
+    """A transient bar, only on a terminal: a log or a pipe gets the tables
+    and the error line, no bar redraws. Nothing of it is left when it ends.
+
+    ``rows_on_stdout``: the command prints its rows to stdout while the bar
+    runs (bench). When stdout is a terminal the bar is drawn there, on the
+    rows' own console, so rich prints each row above the bar; a bar on stderr
+    and rows on stdout are two writers to one screen, and rows landed on the
+    bar's line under a stale copy of it. Otherwise the bar goes to stderr
+    when that is a terminal (the rows then go to a file or a pipe)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    err_console = __getattr__("err_console")
-    # Rows printed to stdout while the bar runs: on a terminal rich moves
+    out_console, err_console = __getattr__("console"), __getattr__("err_console")
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    if rows_on_stdout and out_console.is_terminal:
+        # print() and notes on stderr while the bar runs go above it too.
+        return Progress(*columns, console=out_console, transient=True, redirect_stdout=True, redirect_stderr=True)
+    # Lines printed to stdout while the bar runs: on a terminal rich moves
     # them above the bar; when stdout is a file they must go straight there,
     # not through the bar's stderr console.
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console, transient=True, disable=not err_console.is_terminal, redirect_stdout=sys.stdout.isatty())
+    return Progress(*columns, console=err_console, transient=True, disable=not err_console.is_terminal,
+                    redirect_stdout=sys.stdout.isatty())
 
 
 def error(message: str) -> None:

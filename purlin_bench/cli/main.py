@@ -15,7 +15,9 @@ from __future__ import annotations
 import errno
 import importlib
 import os
+import signal
 import sys
+import threading
 
 import typer
 import typer.core
@@ -112,8 +114,11 @@ def run(argv: list[str] | None = None) -> int:
         worker = procs.enter(common.invocation)
         if worker is None and "PURLIN_COMMAND" in os.environ:
             common.invocation[:] = procs.original_command()
+        _on_sigterm_interrupt()
         result = worker if worker is not None else app(args=argv, prog_name="purlin", standalone_mode=False)
         code = result if isinstance(result, int) else 0
+        if _signalled:  # typer returned 130 for the KeyboardInterrupt it caught, without a word
+            code = _interrupted(_signalled[-1])
         sys.stdout.flush()  # here, not at exit: a full disk is then caught below
     except BrokenPipeError:  # stdout's reader went away (`| head`)
         code = _stdout_lost("the reader of stdout closed it")
@@ -138,15 +143,65 @@ def run(argv: list[str] | None = None) -> int:
     except PurlinError as exc:
         common.error(str(exc))
         code = 2
-    except KeyboardInterrupt:
-        if not procs.is_worker():  # rank 0 says it, once for the run
-            common.error("interrupted")
-        code = 130
+    except KeyboardInterrupt as exc:
+        code = _interrupted(exc)
     finally:
+        _restore_signals()
         procs.leave()
     if argv is None:
         sys.exit(code)
     return code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is, so that it unwinds as Ctrl-C does
+    (a bench keeps the rows it wrote, a tune its trials) and says so."""
+
+
+# The interrupts this run received. typer catches a KeyboardInterrupt inside
+# a command and returns 130 without a word (typer.core: Exit(130), returned
+# as the result when not standalone), so the handlers note it here first.
+_signalled: list[KeyboardInterrupt] = []
+
+
+_replaced: dict[int, object] = {}
+
+
+def _on_sigterm_interrupt() -> None:
+    # Only handlers nobody else replaced (the launcher of --procs sets its
+    # own), and only from the main thread (signal.signal's rule). Put back by
+    # _restore_signals when run() returns (run() is also called in-process).
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _signalled.clear()
+    for signum, default, kind in ((signal.SIGTERM, signal.SIG_DFL, Terminated),
+                                  (signal.SIGINT, signal.default_int_handler, KeyboardInterrupt)):
+        if signal.getsignal(signum) is default:
+            _replaced[signum] = default
+            signal.signal(signum, _raise(kind))
+
+
+def _restore_signals() -> None:
+    while _replaced:
+        signum, handler = _replaced.popitem()
+        signal.signal(signum, handler)
+
+
+def _raise(kind: type[KeyboardInterrupt]):
+    def handler(signum, frame) -> None:
+        exc = kind()
+        _signalled.append(exc)
+        raise exc
+
+    return handler
+
+
+def _interrupted(exc: BaseException) -> int:
+    """One line for Ctrl-C (exit 130) or SIGTERM (exit 143), from rank 0 only."""
+    terminated = isinstance(exc, Terminated)
+    if not procs.is_worker():  # rank 0 says it, once for the run
+        common.error("terminated (SIGTERM)" if terminated else "interrupted")
+    return 143 if terminated else 130
 
 
 _STDOUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EPIPE}

@@ -280,7 +280,7 @@ def parse_spec(raw: Any, source: str) -> CollectiveSpec:
         layouts[side] = tuple(_parse_entry(source, f"{side}[{k}]", e) for k, e in enumerate(entries))
     spec = CollectiveSpec(
         name=name,
-        description=str(raw.get("description", "")).strip(),
+        description=_description(source, raw.get("description", "")),
         op=op,
         redop=redop,
         count_mode=count_mode,
@@ -293,6 +293,26 @@ def parse_spec(raw: Any, source: str) -> CollectiveSpec:
     )
     _trial_instantiate(spec)
     return spec
+
+
+MAX_DESCRIPTION = 1000
+
+
+def _description(source: str, value: Any) -> str:
+    """The description: text, of a bounded length, printable. `purlin list`
+    prints it to a terminal, where an escape sequence in it would act (clear
+    the screen, retitle the window, hide what follows) instead of showing."""
+    if value is None:
+        return ""
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise _fail(source, "description", f"expected text, got {type(value).__name__}")
+    text = " ".join(str(value).split())  # one line: a YAML block's line breaks are layout
+    if len(text) > MAX_DESCRIPTION:
+        raise _fail(source, "description", f"{len(text)} characters (at most {MAX_DESCRIPTION})")
+    bad = next((ch for ch in text if not ch.isprintable()), None)
+    if bad is not None:
+        raise _fail(source, "description", f"holds the control character {bad!r} (a terminal would act on it)")
+    return text
 
 
 def _trial_instantiate(spec: CollectiveSpec) -> None:
