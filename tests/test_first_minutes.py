@@ -141,3 +141,34 @@ def test_a_tune_with_another_sweep_does_not_silently_replace_a_plan(capsys, tmp_
     code, out, err = purlin(capsys, *TUNE, "--sweep", "quick", "--max-bytes", "64K", "--out", tmp_path)
     assert code == 2 and "holds a plan from sweep 'default'" in err and "--force" in err
     assert plan.read_text() == before
+
+
+# -- class 15: 80 columns, units, one number format ----------------------------------------------
+
+
+def _lines(screen: str) -> list[str]:
+    """The screen's lines as last drawn: bar redraws (\\r + clear) dropped, colours stripped."""
+    plain = []
+    for line in screen.split("\r\n"):
+        line = line.split("\x1b[2K")[-1]
+        plain.append(re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line))
+    return plain
+
+
+def test_the_bench_table_fits_80_columns_with_whole_headers_and_units():
+    lines = _lines(in_a_terminal([*PURLIN, *BENCH, "-e", "64K", "-f", "64"], columns=80))
+    header = "\n".join(line for line in lines if "busbw" in line or "(GB/s)" in line or "out-of-place" in line)
+    assert "…" not in header, header
+    assert header.count("algbw") == 2 and header.count("busbw") == 2 and header.count("(GB/s)") == 4, header
+    assert "(us)" in header and "out-of-place" in header and "in-place" in header
+    table = [line for line in lines if re.match(r"\s+\d+\s+\d+\s", line)]
+    assert table and all(len(line) <= 80 for line in table), table
+
+
+def test_the_tune_summary_never_cuts_the_winner_and_prints_busbw_fixed(tmp_path):
+    lines = _lines(in_a_terminal([*PURLIN, *TUNE, "--max-bytes", "1K", "--out", str(tmp_path)], columns=80))
+    plan = json.loads((tmp_path / "cpu" / "all-reduce-2vr-float32.json").read_text())
+    winner = plan["entries"][0]["config"]["strategy"]
+    text = "\n".join(lines)
+    assert any(f": {winner}(" in line or line.rstrip().endswith(f": {winner}") for line in lines), text
+    assert "…" not in text and "e-0" not in text, text

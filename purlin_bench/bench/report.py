@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from rich.markup import escape
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
 from purlin_bench.textfile import write_output
 from purlin_bench.bench.measure import BenchRecord
@@ -25,40 +27,57 @@ def _fmt_time(us: float | None) -> str:
 # Fixed column widths: rows are printed one by one as they are measured,
 # each its own headerless table, and they line up only if no width depends on
 # the data. The strategy is free-width, so it goes last (or on its own line).
-_LEAD = (("size (B)", 10), ("count", 10))
-_KIND = (("type", 8), ("redop", 5), ("root", 4))
-_SIDE = (("time (us)", 12), ("algbw", 6), ("busbw", 6), ("#wrong", 6))
+# Each column is (name, unit line, width); the compact layout (size, count and
+# both sides) is 80 columns wide exactly, the terminal a newcomer has.
+_LEAD = (("size", "(B)", 10), ("count", "", 9))
+_KIND = (("type", "", 8), ("redop", "", 5), ("root", "", 4))
+_SIDE = (("time", "(us)", 8), ("algbw", "(GB/s)", 6), ("busbw", "(GB/s)", 6), ("#wrong", "", 6))
 _EXTRA_MIN = 24  # what the strategy column needs at least to stay readable
+_SIDES = ("out-of-place", "in-place")
 
 
 class TableLayout:
     """The terminal's table, printed a row at a time.
 
     Full width holds nccl-tests' columns, the baselines, the floor and the
-    strategy; below that (a 100-column terminal) the compact layout keeps size,
-    count and both sides, names type, redop and root in the title, and moves
-    strategy, baselines and floor to a dim line of their own under each row.
+    strategy; below that (an 80- or 100-column terminal) the compact layout
+    keeps size, count and both sides, names type, redop and root in the
+    title, and moves strategy, baselines and floor to a dim line of their own
+    under each row. The header says each column's unit, and which columns
+    are out of place and which in place on a line of its own above them (a
+    header cell as wide as "out-of-place" would not fit 80 columns).
     """
 
     def __init__(self, baselines: tuple[str, ...], width: int):
         self.baselines = baselines
-        sides = [(f"{where}\n{name}" if name.startswith("time") else name, w) for where in ("out-of-place", "in-place") for name, w in _SIDE]
-        extra = [(h, max(9, len(h))) for b in baselines for h in (f"{b} (us)", f"vs {b}")]
-        self.full_columns = [*_LEAD, *_KIND, *sides, *extra, ("% floor", 7)]
-        need = sum(w + 2 for _, w in self.full_columns) + _EXTRA_MIN
+        sides = [col for _ in _SIDES for col in _SIDE]
+        extra = [col for b in baselines for col in ((b, "(us)", max(9, len(b))), (f"vs {b}", "", max(9, len(b) + 3)))]
+        self.full_columns = [*_LEAD, *_KIND, *sides, *extra, ("% floor", "", 7)]
+        need = sum(w + 1 for _, _, w in self.full_columns) + _EXTRA_MIN
         self.compact = width < need
         self.columns = [*_LEAD, *sides] if self.compact else self.full_columns
 
     def _table(self, show_header: bool) -> Table:
-        t = Table(show_header=show_header, header_style="bold", box=None, pad_edge=False, padding=(0, 1))
-        for name, w in self.columns:
-            t.add_column(name, justify="right", width=w, no_wrap=True)
+        t = Table(show_header=show_header, header_style="bold", box=None, pad_edge=False, padding=(0, 0, 0, 1))
+        for name, unit, w in self.columns:
+            t.add_column(f"{name}\n{unit}" if unit else name, justify="right", width=w, no_wrap=True)
         if not self.compact:
             t.add_column("strategy", min_width=_EXTRA_MIN)
         return t
 
-    def header(self) -> Table:
-        return self._table(show_header=True)
+    def header(self) -> Group:
+        """The side labels over their columns, then the header cells."""
+        first = len(_LEAD) + (0 if self.compact else len(_KIND))
+        starts, at = [], 0
+        for i, (_, _, w) in enumerate(self.columns):
+            starts.append(at + (1 if i else 0))
+            at += w + (1 if i else 0)
+        line = ""
+        for k, label in enumerate(_SIDES):
+            lo = starts[first + k * len(_SIDE)]
+            hi = starts[first + (k + 1) * len(_SIDE) - 1] + _SIDE[-1][2]
+            line = line.ljust(lo) + label.center(hi - lo)
+        return Group(Text(line.rstrip(), style="bold"), self._table(show_header=True))
 
     def row(self, r: BenchRecord) -> list[Any]:
         """The renderables for one record: its row, and in the compact

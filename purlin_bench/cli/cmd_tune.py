@@ -14,7 +14,10 @@ from typing import Optional
 
 import typer
 from rich.progress import Progress
+from rich.console import Group
+from rich.measure import Measurement
 from rich.table import Table
+from rich.text import Text
 
 from purlin_bench.cli import common, limits, outputs
 from purlin_bench.dtypes import resolve_dtype
@@ -143,7 +146,7 @@ def tune(
             raise typer.Exit(130) from None
     for message in reporter.notes:
         common.note(message)
-    common.console.print(_winners(results, not backend_cls.times_gpu()))
+    common.console.print(_winners(results, not backend_cls.times_gpu(), common.console), soft_wrap=True)
     for result in results:
         if result.path is not None and not result.up_to_date:  # an up-to-date one was said in the progress
             common.console.print(f"wrote {result.path}", highlight=False)
@@ -261,30 +264,40 @@ def _label(study: str, bucket: str | None = None) -> str:
     return f"{parts[3]} {parts[4]} {parts[2]} {bucket or parts[5]}"
 
 
-def _winners(results, reference_times: bool) -> Table:
+def _winners(results, reference_times: bool, console) -> Table | Group:
+    """The tuned plans, one row per bucket; where that table does not fit the
+    terminal (12 columns need about 170), two lines per bucket instead. The
+    winner is what the table is for: it is never cut to 'two-sh…'."""
     title = "tuned plans" + (" (CPU reference timings, not GPU performance)" if reference_times else "")
     table = Table(title=title)
     for name, justify in (("collective", "left"), ("dtype", "left"), ("layout", "left"), ("bucket", "left"), ("winner", "left"), ("time (us)", "right"), ("busbw (GB/s)", "right"), ("default (us)", "right"), ("vs default", "right"), ("baseline (us)", "right"), ("vs baseline", "right"), ("trials", "right")):
-        table.add_column(name, justify=justify)
+        table.add_column(name, justify=justify, no_wrap=True)
+    lines: list[Text] = [Text(title, style="bold")]
     for result in results:
         for b in result.buckets:
             base = [result.job.spec.name, result.job.dtype, b.layout, b.bucket.text()]
+            trials = f"{b.outcome.finished}/{b.outcome.wanted}" + ("" if b.outcome.stop == "done" else f" ({b.outcome.stop})")
             if b.entry is None:
                 table.add_row(*base, "no correct configuration", *[""] * 6, str(b.outcome.finished))
+                lines.append(Text(f"{' '.join(base)}: no correct configuration ({trials} trials)"))
                 continue
             e = b.entry
-            table.add_row(
-                *base,
-                e.config.text(),
+            cells = [
                 f"{e.time_us:.2f}",
-                f"{e.busbw_gbps:.3g}",
+                f"{e.busbw_gbps:.2f}",  # as bench prints it: fixed, never 5.62e-05 beside 0.02
                 _maybe(e.default_time_us, "{:.2f}"),
                 _maybe(e.speedup_over_default(), "{:.2f}x"),
                 _maybe(e.baseline_time_us, "{:.2f}"),
                 _maybe(e.speedup_over_baseline(), "{:.2f}x"),
-                f"{b.outcome.finished}/{b.outcome.wanted}" + ("" if b.outcome.stop == "done" else f" ({b.outcome.stop})"),
-            )
-    return table
+                trials,
+            ]
+            table.add_row(*base, e.config.text(), *cells)
+            lines.append(Text(f"{' '.join(base)}: {e.config.text()}"))
+            lines.append(Text(f"    {cells[0]} us, busbw {cells[1]} GB/s, {cells[3]} vs default, {cells[5]} vs "
+                              f"baseline, {trials} trials", style="dim"))
+    if Measurement.get(console, console.options.update(max_width=1 << 16), table).maximum <= console.width:
+        return table
+    return Group(*lines)
 
 
 def _maybe(value: float | None, fmt: str) -> str:
