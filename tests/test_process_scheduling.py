@@ -30,21 +30,14 @@ def test_processes_sharing_a_gpu_each_take_their_share():
     """The old sizing gave every process the whole GPU (132 blocks at one an
     SM): 8 processes under MPS asked for 8 x 132 resident blocks, and a
     waiting block could starve the block it waited on (issue 27)."""
-    assert occupancy.resident_share(132, 1, 1, None) == 132
-    assert occupancy.resident_share(132, 1, 8, None) == 16
-    assert occupancy.resident_share(132, 2, 3, None) == 88
-    # an MPS client limited to a share of the SMs takes no more than they hold
-    assert occupancy.resident_share(132, 1, 1, 12.0) == 15
-    assert occupancy.resident_share(132, 4, 8, 12.0) == 60
-    assert occupancy.resident_share(132, 1, 8, 50.0) == 16
-    assert occupancy.usable_sms(132, 0.5) == 1  # never no SM at all
-
-
-def test_the_mps_percentage_is_read_as_cuda_reads_it():
-    assert occupancy.mps_percentage({}) is None
-    assert occupancy.mps_percentage({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25"}) == 25.0
-    for ignored in ("", "abc", "0", "-3", "150"):
-        assert occupancy.mps_percentage({"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": ignored}) is None
+    assert occupancy.resident_share(132, 1, 1) == 132
+    assert occupancy.resident_share(132, 1, 8) == 16
+    assert occupancy.resident_share(132, 2, 3) == 88
+    # an MPS client limited to a share of the SMs sees only those (the
+    # attribute says 14 of 132 at 12% on the H200), and clients may be given
+    # the same SMs: the split is of what one client sees
+    assert occupancy.resident_share(14, 1, 8) == 1
+    assert occupancy.resident_share(66, 4, 8) == 33
 
 
 def test_a_launch_past_its_share_is_refused_with_why(monkeypatch):
@@ -55,15 +48,15 @@ def test_a_launch_past_its_share_is_refused_with_why(monkeypatch):
     from purlin_bench.errors import ExecutionError
 
     runner = CupyRunner.__new__(CupyRunner)
-    runner.world = SimpleNamespace(sharing=8, sm_percentage=None)
+    runner.world = SimpleNamespace(sharing=8)
     runner.blocks, runner.threads = 32, 512
-    runner.launches = [SimpleNamespace(device=0, grid=32)]
+    runner.launches = [SimpleNamespace(device=0, grid=32, cooperative=False)]
     monkeypatch.setattr(
-        CupyRunner, "_capacity", lambda self, device: occupancy.resident_share(132, 1, self.world.sharing, None)
+        CupyRunner, "_capacity", lambda self, device: occupancy.resident_share(132, 1, self.world.sharing)
     )
     with pytest.raises(ExecutionError, match="at most 16 fit at once.*8 processes sharing the GPU"):
         runner._check_coresidency()
-    runner.launches = [SimpleNamespace(device=0, grid=16)]
+    runner.launches = [SimpleNamespace(device=0, grid=16, cooperative=False)]
     runner._check_coresidency()
 
 

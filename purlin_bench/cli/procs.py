@@ -109,6 +109,12 @@ def ranks_for(given: list[int] | None, default: list[int]) -> list[int]:
     return [size]
 
 
+def check_mps(mps: bool, procs: str | None) -> None:
+    """--mps serves the processes --procs starts; alone it has none to serve."""
+    if mps and procs is None:
+        raise PurlinError("--mps runs the ranks of --procs under CUDA MPS: give --procs too (under torchrun, start MPS yourself)")
+
+
 def check_procs(counts: list[int], backend, ranks: str | None, outputs: dict[str, object] | None = None) -> None:
     """Bounds of --procs, before any process starts; ``outputs`` (option ->
     value) are written once per run, so they take one count only."""

@@ -15,6 +15,7 @@ it did not start. No CUDA here: the launcher itself never touches the GPU.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -43,17 +44,24 @@ def pipe_directory(environ: Mapping[str, str] | None = None) -> Path:
 def serving(environ: Mapping[str, str] | None = None) -> bool:
     """Whether an MPS control daemon answers at this process's pipe folder
     (CUDA connects its clients there at initialisation): its control socket
-    exists and accepts a connection."""
+    exists and takes a connection (a socket left by a killed daemon refuses)."""
     path = pipe_directory(environ) / "control"
     try:
         if not stat.S_ISSOCK(path.stat().st_mode):
             return False
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(1.0)
-            s.connect(str(path))
-        return True
     except OSError:
         return False
+    for kind in (socket.SOCK_STREAM, socket.SOCK_SEQPACKET):
+        try:
+            with socket.socket(socket.AF_UNIX, kind) as s:
+                s.settimeout(1.0)
+                s.connect(str(path))
+            return True
+        except OSError as exc:
+            if exc.errno == errno.EPROTOTYPE:
+                continue  # a live socket of the other kind: try it
+            return False
+    return True  # it exists and is of neither kind we know: alive, not stale
 
 
 def gpu_scheduling(environ: Mapping[str, str] | None = None) -> str:

@@ -216,12 +216,24 @@ class CupyRunner:
             regs = self.kernel(device).attributes["num_regs"]
         dev = cupy.cuda.Device(device).attributes
         per_sm = blocks_per_sm(dev, regs, self.threads)
-        return resident_share(dev["MultiProcessorCount"], per_sm, self.world.sharing, self.world.sm_percentage)
+        return resident_share(dev["MultiProcessorCount"], per_sm, self.world.sharing)
 
     def _check_coresidency(self) -> None:
         per_device: dict[int, int] = {}
         for launch in self.launches:
             per_device[launch.device] = per_device.get(launch.device, 0) + launch.grid
+            if launch.cooperative:
+                # CUDA's own bound for a cooperative grid: past it CuPy would
+                # shrink the grid with a warning, and a group would count
+                # fewer blocks than its waiters expect.
+                import cupy
+
+                with cupy.cuda.Device(launch.device):
+                    fn = launch.kernel.kernel
+                    most = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, self.threads, 0)
+                    most *= cupy.cuda.Device(launch.device).attributes["MultiProcessorCount"]
+                if launch.grid > most:
+                    raise ExecutionError(f"a cooperative launch of {launch.grid} blocks on GPU {launch.device}: CUDA holds at most {most} at once; use fewer blocks or channels")
         for device, grid in per_device.items():
             cap = self._capacity(device)
             if grid > cap:
@@ -359,8 +371,10 @@ class CupyRunner:
                     launch.ops, launch.groups, table[launch.device], launch.epochs, launch.status, self.abort,
                     np.uint64(self.timeout_ns), np.int32(self.blocks), np.int32(3 * self.program.ranks),
                 )
-            with cupy.cuda.Device(launch.device), target:
-                launch.kernel((launch.grid,), (self.threads,), args, enable_cooperative_groups=launch.cooperative)
+            with cupy.cuda.Device(launch.device):
+                # The module's function, not RawKernel's call: the cooperative
+                # flag is chosen per launch there (CuPy fixes it per RawKernel).
+                launch.kernel.kernel((launch.grid,), (self.threads,), args, stream=target, enable_cooperative_groups=launch.cooperative)
             if not single:
                 ev = cupy.cuda.Event(disable_timing=True)
                 ev.record(target)

@@ -17,7 +17,6 @@ context on its own device, so ``devices`` is that device for every rank;
 
 from __future__ import annotations
 
-from purlin_bench.backends.cupy.occupancy import mps_percentage
 from purlin_bench.backends.cupy.world import DeviceInfo, device_info
 from purlin_bench.dist.mps import gpu_scheduling
 from purlin_bench.errors import ExecutionError
@@ -63,7 +62,6 @@ class IpcWorld:
         # The ranks on this GPU are as many processes, whose kernels must
         # all be resident at once: each sizes its grids to its share.
         self.sharing = sum(1 for _, b in where if b == bus)
-        self.sm_percentage = mps_percentage()
         self.scheduling = gpu_scheduling() if self.sharing > 1 else None
         self._arena: dict[tuple, object] = {}
         self._tags = 0

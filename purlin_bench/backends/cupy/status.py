@@ -44,7 +44,9 @@ class StatusPool:
         view = np.ctypeslib.as_array((ctypes.c_int64 * (SLOTS * WORDS)).from_address(host)).reshape(SLOTS, WORDS)
         view[...] = 0
         page = len(self._pages)
-        self._pages.append((rt.hostGetDevicePointer(host, 0), view))
+        # With unified addressing (every 64-bit platform CUDA supports) a
+        # mapped allocation's device address is its host address.
+        self._pages.append((host, view))
         first = 0
         if self._summary is None:
             # The first page's first slot holds the summary word.

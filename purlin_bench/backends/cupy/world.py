@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from purlin_bench.backends.cupy.occupancy import mps_percentage
 from purlin_bench.errors import ExecutionError
 
 
@@ -59,9 +58,8 @@ class World:
         self.local_ranks = tuple(range(ranks))
         self.sys_scope = len(set(self.devices)) > 1
         # Processes whose launches share each GPU with this one's (one: this
-        # process alone), and this process's MPS SM limit (occupancy.py).
+        # process alone; occupancy.py).
         self.sharing = 1
-        self.sm_percentage = mps_percentage()
 
     def _enable_peer_access(self) -> None:
         import cupy

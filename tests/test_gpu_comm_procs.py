@@ -1,0 +1,55 @@
+"""The Communicator under torchrun, ranks as processes on this machine's
+GPU(s), under a private CUDA MPS daemon where one can start (concurrent:
+the ranks race as on several GPUs), else time-sliced: every collective,
+eager and from graphs, bit-exact (tests/gpu_comm_worker.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from purlin_bench.dist.mps import PrivateMps
+from purlin_bench.errors import PurlinError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(600)
+def test_every_collective_is_exact_through_the_communicator():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU")
+    procs = os.environ.get("PURLIN_TEST_PROCS", "2")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        procs,
+        str(ROOT / "tests" / "gpu_comm_worker.py"),
+        "--max-bytes",
+        str(1 << 20),
+        "--replays",
+        "20",
+    ]
+    try:
+        with PrivateMps():
+            done = subprocess.run(
+                cmd,
+                cwd=ROOT,
+                env={**env, **{k: os.environ[k] for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")}},
+                capture_output=True,
+                text=True,
+                timeout=500,
+            )
+    except PurlinError:
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.stdout.count("checks exact") == int(procs), done.stdout[-4000:]
