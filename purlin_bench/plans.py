@@ -30,6 +30,7 @@ from purlin_bench.planfile import ArtifactError, PlanArtifact, PlanEntry, load_p
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec, resolve
 from purlin_bench.tune.effective import for_backend
+from purlin_bench.sizes import counted
 
 DEFAULT_RESULTS = "results"
 # Plans of CPU (or modelled) timings say nothing of a GPU and differ on every
@@ -56,7 +57,7 @@ class TunedCollective:
         self._runners: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
 
     def __repr__(self) -> str:
-        return f"TunedCollective({self.plan.collective}, {self.plan.dtype}, {self.plan.fingerprint.describe()}, {len(self.plan.entries)} buckets, backend={self.backend})"
+        return f"TunedCollective({self.plan.collective}, {self.plan.dtype}, {self.plan.fingerprint.describe()}, {counted(len(self.plan.entries), 'bucket')}, backend={self.backend})"
 
     @property
     def ranks(self) -> int:
@@ -81,7 +82,7 @@ class TunedCollective:
         per_one = instantiate(self.spec, self.ranks, 1, self._np_dtype.itemsize, root).in_counts
         count = next((n // k for n, k in zip(lengths, per_one) if k), 0)
         if instantiate(self.spec, self.ranks, count, self._np_dtype.itemsize, root).in_counts != lengths:
-            raise PurlinError(f"inputs of lengths {list(lengths)} do not fit {self.spec.name} on {self.ranks} ranks (root {root}): no count gives these lengths")
+            raise PurlinError(f"inputs of lengths {list(lengths)} do not fit {self.spec.name} on {counted(self.ranks, 'rank')} (root {root}): no count gives these lengths")
         return count
 
     def __call__(self, inputs: Sequence[Any], root: int = 0, redop: str | None = None) -> list[Any]:

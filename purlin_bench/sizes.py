@@ -80,3 +80,9 @@ def format_bytes(n: int) -> str:
         if n >= UNITS[unit] and n % UNITS[unit] == 0:
             return f"{n // UNITS[unit]}{unit}"
     return str(n)
+
+
+def counted(n: int, noun: str) -> str:
+    """'1 rank', '8 ranks': counts said to users agree with their number
+    (a one-rank bench said "1 ranks", a one-bucket tune "1 buckets")."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

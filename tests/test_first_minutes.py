@@ -172,3 +172,60 @@ def test_the_tune_summary_never_cuts_the_winner_and_prints_busbw_fixed(tmp_path)
     text = "\n".join(lines)
     assert any(f": {winner}(" in line or line.rstrip().endswith(f": {winner}") for line in lines), text
     assert "…" not in text and "e-0" not in text, text
+
+
+# -- class 16: the tool matches what the README says ------------------------------------------------
+
+
+def test_every_command_that_takes_a_collective_takes_spec_and_d(capsys, tmp_path):
+    spec = Path(__file__).resolve().parent.parent / "examples" / "ring-shift.yaml"
+    code, out, err = purlin(capsys, *BENCH[:1], "--spec", spec, "--backend", "numpy", "--ranks", "2", "-e", "64",
+                            "-d", "float32")
+    assert code == 0 and "ring-shift" in out, err
+    code, out, err = purlin(capsys, *TUNE[:1], "--spec", spec, *TUNE[2:], "--max-bytes", "1K", "--out", tmp_path)
+    assert code == 0, err
+    assert (tmp_path / "cpu" / "ring-shift-2vr-float32.json").exists()
+
+
+def test_help_lists_the_values_of_datapath_parameters(capsys):
+    assert run(["bench", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "sm | ce" in out and "128 | 256 | 512" in out
+
+
+def test_one_rank_is_said_in_the_singular(capsys):
+    code, out, err = purlin(capsys, *BENCH, "--ranks", "1", "-e", "64", "--format", "nccl-tests")
+    assert code == 0, err
+    assert "(1 rank, float32" in out and "1 ranks" not in out.replace("simulated ranks", "")
+
+
+def test_the_reference_baseline_is_explained_where_it_is_printed(capsys, tmp_path):
+    code, out, err = purlin(capsys, *BENCH, "-e", "64", "--format", "nccl-tests")
+    assert code == 0 and "numpy" in out
+    assert "# baseline numpy: the expected outputs computed directly with NumPy" in out
+    code, out, err = purlin(capsys, *TUNE, "--max-bytes", "1K", "--out", tmp_path)
+    assert code == 0 and "baseline numpy: the expected outputs computed directly with NumPy" in out
+
+
+# -- class 12: never a package name this project does not own on PyPI --------------------------------
+
+_FOREIGN_OWNERS = {"backends/cupy/device.py", "torch/__init__.py"}  # not this change's files: see issue 29
+
+
+def _hints(paths) -> list[str]:
+    return [f"{p}:{n}" for p in paths for n, line in enumerate(p.read_text().splitlines(), 1)
+            if "install 'purlin-bench[" in line or 'install "purlin-bench[' in line]
+
+
+def test_install_hints_name_the_checkout_not_a_package_index_name():
+    package = Path(__file__).resolve().parent.parent / "purlin_bench"
+    mine = [p for p in package.rglob("*.py") if str(p.relative_to(package)) not in _FOREIGN_OWNERS]
+    assert not _hints(mine)
+
+
+@pytest.mark.xfail(reason="purlin_bench/backends/cupy/device.py and purlin_bench/torch/__init__.py still say "
+                          "pip install 'purlin-bench[...]'; their owners change them to pip install -e '.[...]'",
+                   strict=False)
+def test_install_hints_in_the_backend_and_torch_modules():
+    package = Path(__file__).resolve().parent.parent / "purlin_bench"
+    assert not _hints([package / p for p in _FOREIGN_OWNERS])

@@ -27,6 +27,7 @@ from purlin_bench.measurement import MeasurementService
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
 from purlin_bench.strategies import STRATEGIES
+from purlin_bench.sizes import counted
 
 PASS, FAIL, NA, ERROR = "pass", "FAIL", "n/a", "error"
 
@@ -151,7 +152,7 @@ def expand(request: Request) -> Iterator[Job | Outcome]:
                 continue
             if not supported:  # ranks >= 1 here, so its 'requires' said no
                 combo = Combo(spec.name, ranks, None, 0, "-", None, "-", False)
-                yield Outcome(combo, NA, note=f"{spec.name} does not support {ranks} ranks (requires {spec.requires.text})")
+                yield Outcome(combo, NA, note=f"{spec.name} does not support {counted(ranks, 'rank')} (requires {spec.requires.text})")
                 continue
             roots: Sequence[int | None] = [None]
             if spec.rooted:
@@ -188,7 +189,7 @@ def _expand_instance(request: Request, spec: CollectiveSpec, ranks: int, root: i
 
 
 def _refused(spec: CollectiveSpec, ranks: int, root: int | None, exc: SpecError) -> Outcome:
-    return Outcome(Combo(spec.name, ranks, root, 0, "-", None, "-", False), ERROR, note=f"spec refused at {ranks} ranks: {exc}")
+    return Outcome(Combo(spec.name, ranks, root, 0, "-", None, "-", False), ERROR, note=f"spec refused at {counted(ranks, 'rank')}: {exc}")
 
 
 def _expand_strategies(request: Request, inst: Instance, base: Combo) -> Iterator[Job | Outcome]:

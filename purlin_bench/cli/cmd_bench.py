@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from purlin_bench.backends import AUTO, all_params, make, names, resolve as resolve_backend
+from purlin_bench.backends import AUTO, REFERENCE, make, names, resolve as resolve_backend
 from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.bench.measure import DEFAULT, BenchOptions, Measurer
@@ -16,28 +16,30 @@ from purlin_bench.bench.report import TableLayout, summary, write_csv, write_jso
 from purlin_bench.bench.run import Choice, configs_for, instances
 from purlin_bench.bench.sizes import sweep
 from purlin_bench.cli import common, limits, outputs
+from purlin_bench.cli.targets import many_specs
 from purlin_bench.dtypes import REDOPS, resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.measurement import MeasurementService
-from purlin_bench.sizes import parse_bytes
+from purlin_bench.sizes import counted, parse_bytes
+from purlin_bench.strategies import get_strategy
 from purlin_bench.textfile import is_stream
-from purlin_bench.spec.loader import load_all_builtin, resolve
 
 ORDER = 40
+# Said wherever a run prints the reference backend's baseline: its name is
+# the backend's, and a newcomer reads it as a collective library.
+REFERENCE_BASELINE = (f"baseline {REFERENCE}: the expected outputs computed directly with NumPy, no program and "
+                      "no ranks: a yardstick for the CPU executor's times, not a collective library")
 TABLE, NCCL_TESTS = "table", "nccl-tests"
 FORMATS = (AUTO, TABLE, NCCL_TESTS)
-# The datapath parameters the bench takes as overrides, with the help text
-# their backends give them.
-_DATAPATH = all_params()
 
 
 def _param_help(name: str) -> str:
-    param, owners = _DATAPATH[name]
-    return f"override: {param.help} ({', '.join(owners)})"
+    return "override: " + common.param_help(name)
 
 
 def bench(
-    collective: str = typer.Argument(..., help="collective name, a spec .yaml, or 'all'"),
+    collective: Optional[str] = typer.Argument(None, help="collective name, a spec .yaml, or 'all' (or --spec)"),
+    spec_files: Optional[list[str]] = typer.Option(None, "--spec", help="a user's collective spec (.yaml); repeatable"),
     minbytes: str = typer.Option("8", "-b", "--minbytes", help="smallest message size S (nccl-tests convention)"),
     maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes", help="largest message size [default: the backend's, 256M on a GPU, 1M on the CPU reference]"),
     stepfactor: int = typer.Option(2, "-f", "--stepfactor", help="multiply the size by this each step"),
@@ -83,7 +85,8 @@ def bench(
     outputs.check_distinct(("--json", json_out), ("--csv", csv_out), ("--plot", plot_out))
     limits.check_choice(check, "--check", (0, 1))
     limits.check_plan_param("channels", channels, "--channels")
-    limits.check_bench(collective, maxbytes, backend, ranks, gpus, datatype, inplace)
+    specs = many_specs(collective, spec_files or [])
+    limits.check_bench(specs, maxbytes, backend, ranks, gpus, datatype, inplace)
     dtype, _ = resolve_dtype(datatype)
     if fmt not in FORMATS:
         raise PurlinError(f"unknown --format '{fmt}' (known: {', '.join(FORMATS)})")
@@ -97,7 +100,6 @@ def bench(
     sizes = sweep(parse_bytes(minbytes, "--minbytes"), parse_bytes(maxbytes or backend_cls.default_bench_max, "--maxbytes"), stepfactor)
     if iters < 1 or warmup < 0 or cudagraph < 0:
         raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
-    specs = load_all_builtin() if collective == "all" else [resolve(collective)]
     slice_nbytes = None if slice_bytes is None else parse_bytes(slice_bytes, "--slice-bytes")
     exec_options = {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll, "kernel": kernel}
     choice = _choice(strategy, plan, channels, slice_nbytes, exec_options, backend_cls, n_ranks, dtype, devices,
@@ -132,6 +134,8 @@ def bench(
     say(f"# purlin bench on {where}")
     say(f"# asked: -n {iters} -w {warmup} -G {cudagraph} ({iters} calls per batch, {warmup} warm-up batches, median of {policy.reps} batches{', CUDA graphs' if policy.graph else ''})")
     say(f"# timing: {timing}")
+    if REFERENCE in baselines:
+        say(f"# {REFERENCE_BASELINE}")
     if bandwidth is not None:
         # The floor's yardstick, measured in this run: recorded so "% floor" can be re-derived.
         env["copy_bandwidth_gbps"] = round(bandwidth.bytes_per_s / 1e9, 1)
@@ -156,7 +160,7 @@ def bench(
     with common.progress_bar(rows_on_stdout=True) as progress:
         task = progress.add_task("bench", total=total)
         for spec, items in plan_text:
-            title = f"{spec.name}  ({n_ranks} ranks, {dtype}{', ' + (op if spec.op == 'reduce' else 'copy')}{', root ' + str(root) if spec.rooted else ''})"
+            title = f"{spec.name}  ({counted(n_ranks, 'rank')}, {dtype}{', ' + (op if spec.op == 'reduce' else 'copy')}{', root ' + str(root) if spec.rooted else ''})"
             if text:
                 for line in nccl_log.header(title):
                     say(line)
@@ -215,6 +219,8 @@ def _baselines(text: str, offered: tuple[str, ...], refused: dict[str, str] | No
 def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, ranks, dtype, gpus=None,
             collectives=()) -> Choice:
     plan_overrides = {k: v for k, v in (("channels", channels), ("slice_bytes", slice_bytes)) if v is not None}
+    if strategy not in ("auto", "all"):
+        get_strategy(strategy)  # an unknown name is refused now, not after the header at the first size
     exec_overrides = common.refuse_foreign_params(backend, exec_options)
     if plan is None:
         return Choice(strategy, plan_overrides, exec_overrides)

@@ -14,7 +14,7 @@ from typer.core import TyperCommand
 
 from purlin_bench.cli import check_matrix as m
 from purlin_bench.cli.limits import check_check
-from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, invocation, note, refuse_foreign_params
+from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, invocation, note, param_help, refuse_foreign_params
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.cli.targets import many_specs
 from purlin_bench.backends import AUTO, REFERENCE, all_params, names, resolve
@@ -138,7 +138,7 @@ def check(
     gpus: Optional[str] = typer.Option(None, "--gpus", help="One rank per GPU: '0,1,2,3' or 'all' (cupy); replaces --ranks."),
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
     mps: bool = typer.Option(False, "--mps", help=MPS_HELP),
-    kernel: Optional[str] = typer.Option(None, "--kernel", help=f"{all_params()['kernel'][0].help} ({', '.join(all_params()['kernel'][1])}; default: its own)."),
+    kernel: Optional[str] = typer.Option(None, "--kernel", help=f"{param_help('kernel')}; default: its own."),
 ) -> None:
     """Check collectives against their reference semantics, for every
     combination of rank count, root, count, dtype, reduction, strategy and

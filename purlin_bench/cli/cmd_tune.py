@@ -24,8 +24,8 @@ from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.backends import AUTO, names, resolve as resolve_backend
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.errors import PurlinError
-from purlin_bench.sizes import parse_bytes
-from purlin_bench.spec.loader import load_all_builtin, resolve
+from purlin_bench.sizes import counted, parse_bytes
+from purlin_bench.cli.targets import many_specs
 
 ORDER = 50
 _DEFAULT_SWEEP = "default"
@@ -47,11 +47,12 @@ tune is short: small buckets and few trials, said in a note.
 
 
 def tune(
-    collective: str = typer.Argument(..., help="a collective name, a spec .yaml, or 'all'"),
+    collective: Optional[str] = typer.Argument(None, help="a collective name, a spec .yaml, or 'all' (or --spec)"),
+    spec_files: Optional[list[str]] = typer.Option(None, "--spec", help="a user's collective spec (.yaml); repeatable"),
     sweep: str = typer.Option(_DEFAULT_SWEEP, "--sweep", help="a built-in sweep (quick, default) or a sweep .yaml"),
     ranks: Optional[str] = typer.Option(None, "--ranks", help="virtual ranks on one device, e.g. 8 or 4,8 [default: the sweep's]"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="one rank per GPU: '0,1,2,3' or 'all' (cupy)"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="comma list of dtypes [default: the sweep's]"),
+    dtype: Optional[str] = typer.Option(None, "-d", "--dtype", help="comma list of dtypes [default: the sweep's]"),
     trials: Optional[int] = typer.Option(None, "--trials", help="finished trials wanted per study, in total across restarts and workers [default: the sweep's]"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="seconds per study; no trial starts after it"),
     sampler: str = typer.Option("tpe", "--sampler", help="tpe | random | bruteforce"),
@@ -93,7 +94,7 @@ def tune(
     if timeout is not None and not (0 < timeout < float("inf")):
         raise PurlinError(f"--timeout must be a finite number of seconds > 0, got {timeout}")
     chosen = resolve_sweep(sweep)
-    specs = tuple(load_all_builtin()) if collective == "all" else (resolve(collective),)
+    specs = tuple(many_specs(collective, spec_files or []))
     check_mps(mps, procs)
     if procs is not None:
         counts = common.int_list(procs, "--procs", minimum=1)
@@ -142,7 +143,7 @@ def tune(
         except KeyboardInterrupt:
             # Every finished trial is in storage already; the running one is queued again.
             progress.stop()
-            print(f"interrupted: {reporter.kept} trials kept; rerun the same command to resume", file=sys.stderr, flush=True)
+            print(f"interrupted: {counted(reporter.kept, 'trial')} kept; rerun the same command to resume", file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
     for message in reporter.notes:
         common.note(message)
@@ -177,7 +178,7 @@ def _backend_limits(backend_cls, chosen, max_bytes: str | None, trials: int | No
     # the count it asks for (two workers sharing a study must agree on it).
     short_trials = backend_cls.default_tune_trials
     if trials is None and not sweep_given and short_trials and chosen.trials > short_trials:
-        cuts.append(f"{short_trials} trials per study, not the sweep's {chosen.trials}")
+        cuts.append(f"{counted(short_trials, 'trial')} per study, not the sweep's {chosen.trials}")
         trials = short_trials
     note = f"{backend_cls.name} backend: a short tune: {' and '.join(cuts)} (--max-bytes and --trials to change)" if cuts else None
     return chosen, trials, note
@@ -235,14 +236,14 @@ class _ProgressReporter:
         o = result.outcome
         stop = "" if o.stop == "done" else f", stopped: {o.stop}"
         winner = "no correct configuration" if result.entry is None else f"winner {result.entry.config.text()}"
-        self._line(f"study {self.finished}/{self.studies} {_label(o.name, result.bucket.text())}: {o.finished}/{o.wanted} trials ({o.ran} run now){stop}, finals done, {winner}; {self._clock()}")
+        self._line(f"study {self.finished}/{self.studies} {_label(o.name, result.bucket.text())}: {o.finished}/{counted(o.wanted, 'trial')} ({o.ran} run now){stop}, finals done, {winner}; {self._clock()}")
 
     def job_up_to_date(self, result) -> None:
         for b in result.buckets:
             self.finished += 1
             self.kept += b.outcome.finished
             self.progress.advance(self.task, self.per_study)
-        self._line(f"up to date: {result.path} holds every bucket's trials ({len(result.buckets)} buckets); nothing measured (--force to confirm again and rewrite)")
+        self._line(f"up to date: {result.path} holds every bucket's trials ({counted(len(result.buckets), 'bucket')}); nothing measured (--force to confirm again and rewrite)")
 
     def _clock(self) -> str:
         elapsed = time.monotonic() - self.started
@@ -269,6 +270,10 @@ def _winners(results, reference_times: bool, console) -> Table | Group:
     terminal (12 columns need about 170), two lines per bucket instead. The
     winner is what the table is for: it is never cut to 'two-sh…'."""
     title = "tuned plans" + (" (CPU reference timings, not GPU performance)" if reference_times else "")
+    if reference_times:
+        from purlin_bench.cli.cmd_bench import REFERENCE_BASELINE
+
+        title += f"; {REFERENCE_BASELINE}"
     table = Table(title=title)
     for name, justify in (("collective", "left"), ("dtype", "left"), ("layout", "left"), ("bucket", "left"), ("winner", "left"), ("time (us)", "right"), ("busbw (GB/s)", "right"), ("default (us)", "right"), ("vs default", "right"), ("baseline (us)", "right"), ("vs baseline", "right"), ("trials", "right")):
         table.add_column(name, justify=justify, no_wrap=True)

@@ -101,6 +101,19 @@ def name_list(text: str) -> list[str]:
     return [p.strip() for p in str(text).split(",") if p.strip()]
 
 
+def param_help(name: str) -> str:
+    """A datapath parameter's help as its backends give it, with the values
+    it takes and who takes it: a user should not have to read the source to
+    learn that --datapath takes sm | ce."""
+    from purlin_bench.backends import all_params
+
+    param, owners = all_params()[name]
+    values = " | ".join(map(str, param.choices)) if param.choices else ""
+    if not values and param.minimum is not None:
+        values = f"{param.minimum}..{param.maximum}" if param.maximum is not None else f">= {param.minimum}"
+    return f"{param.help}; {values} ({', '.join(owners)})" if values else f"{param.help} ({', '.join(owners)})"
+
+
 def refuse_foreign_params(backend, given: dict[str, Any]) -> dict[str, Any]:
     """The datapath parameters given on the command line (None: not given),
     or a PurlinError for the first that ``backend`` does not take."""

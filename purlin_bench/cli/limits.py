@@ -8,6 +8,7 @@ import os
 from typing import Iterable
 
 from purlin_bench.errors import PurlinError
+from purlin_bench.sizes import counted
 from purlin_bench.measurement import sets_for
 from purlin_bench.spec.instance import MAX_RANKS, MAX_RANKS_WHY, Instance
 from purlin_bench.strategies.base import COMMON_PARAMS
@@ -101,18 +102,17 @@ def check_memory(needed: int, what: str, backend) -> None:
         raise PurlinError(f"{what} needs about {_gib(needed)} of memory on the {backend.name} backend, and {_gib(have)} is available")
 
 
-def check_bench(collective: str, maxbytes: str | None, backend: str, ranks: int, gpus: str | None, datatype: str, inplace: bool) -> None:
+def check_bench(specs, maxbytes: str | None, backend: str, ranks: int, gpus: str | None, datatype: str,
+                inplace: bool) -> None:
     """purlin bench's bounds, before the backend starts: the rank count,
     --op on copy collectives, and the memory the largest size needs."""
     from purlin_bench.backends import resolve as resolve_backend
     from purlin_bench.dtypes import resolve_dtype
     from purlin_bench.sizes import parse_bytes
     from purlin_bench.spec.instance import instantiate
-    from purlin_bench.spec.loader import load_all_builtin, resolve
 
     if gpus is None:
         check_ranks([ranks])
-    specs = load_all_builtin() if collective == "all" else [resolve(collective)]
     check_no_op(specs, op_given())
     backend_cls, _ = resolve_backend(backend)
     if backend_cls.times_gpu() or ranks < 1:
@@ -124,7 +124,7 @@ def check_bench(collective: str, maxbytes: str | None, backend: str, ranks: int,
             continue
         inst = instantiate(spec, ranks, spec.count_for_bytes(ranks, top, np_dtype.itemsize), np_dtype.itemsize)
         # The configuration, the default it is compared with, in place too.
-        check_memory(needed_bytes(inst, np_dtype.itemsize, copies=4 if inplace else 2), f"{spec.name} at {top} B on {ranks} ranks", backend_cls)
+        check_memory(needed_bytes(inst, np_dtype.itemsize, copies=4 if inplace else 2), f"{spec.name} at {top} B on {counted(ranks, 'rank')}", backend_cls)
 
 
 def check_tune(jobs, sweep, backend) -> None:
@@ -138,7 +138,7 @@ def check_tune(jobs, sweep, backend) -> None:
         itemsize = DTYPES[job.dtype].itemsize
         count = job.spec.count_for_bytes(job.ranks, top, itemsize)
         inst = instantiate(job.spec, job.ranks, count, itemsize)
-        check_memory(needed_bytes(inst, itemsize, copies=2), f"{job.spec.name} at {top} B on {job.ranks} ranks", backend)
+        check_memory(needed_bytes(inst, itemsize, copies=2), f"{job.spec.name} at {top} B on {counted(job.ranks, 'rank')}", backend)
 
 
 def check_check(request, backend) -> None:
@@ -159,7 +159,7 @@ def check_check(request, backend) -> None:
                 inst = instantiate(spec, ranks, max(request.counts), itemsize)
             except SpecError:
                 continue  # a spec broken at this rank count: the check reports it as that row, and runs the others
-            check_memory(needed_bytes(inst, itemsize), f"{spec.name} of count {max(request.counts)} on {ranks} ranks", backend)
+            check_memory(needed_bytes(inst, itemsize), f"{spec.name} of count {max(request.counts)} on {counted(ranks, 'rank')}", backend)
 
 
 def _gib(n: int) -> str:

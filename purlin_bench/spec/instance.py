@@ -27,6 +27,7 @@ from purlin_bench.dtypes import accumulate
 from purlin_bench.errors import SpecError
 from purlin_bench.spec.expr import ExprError
 from purlin_bench.spec.loader import MAX_CHUNKS, CollectiveSpec
+from purlin_bench.sizes import counted
 
 ChunkKey = tuple  # ("c", 3) or ("c",)
 
@@ -210,11 +211,11 @@ def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, roo
     if ranks > MAX_RANKS:
         raise SpecError(f"{ranks} ranks is more than the {MAX_RANKS} supported: {MAX_RANKS_WHY}")
     if not spec.supports_ranks(ranks):
-        raise SpecError(f"{spec.name} does not support {ranks} ranks (requires {spec.requires.text})")
+        raise SpecError(f"{spec.name} does not support {counted(ranks, 'rank')} (requires {spec.requires.text})")
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise SpecError(f"count must be a whole number >= 0, got {count!r}")
     if spec.rooted and not 0 <= root < ranks:
-        raise SpecError(f"root {root} is out of range for {ranks} ranks (0..{ranks - 1})")
+        raise SpecError(f"root {root} is out of range for {counted(ranks, 'rank')} (0..{ranks - 1})")
     ins = _layouts(spec, "input", ranks, root)
     outs = _layouts(spec, "output", ranks, root)
     counts = _chunk_counts(spec, ins, outs, count, itemsize, ranks)
@@ -228,10 +229,10 @@ def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, roo
         for key, _ in layout:
             found = sources.get(key, [])
             if not found:
-                raise SpecError(f"{spec.source}: output: chunk {key_text(key)} of rank {rank} has no source in any input (with {ranks} ranks, root {root})")
+                raise SpecError(f"{spec.source}: output: chunk {key_text(key)} of rank {rank} has no source in any input (with {counted(ranks, 'rank')}, root {root})")
             if spec.op == "copy" and len(found) > 1:
                 where = ", ".join(f"rank {p.rank}" for p in found)
-                raise SpecError(f"{spec.source}: input: copy chunk {key_text(key)} has {len(found)} sources ({where}); a copy needs exactly one (with {ranks} ranks, root {root})")
+                raise SpecError(f"{spec.source}: input: copy chunk {key_text(key)} has {len(found)} sources ({where}); a copy needs exactly one (with {counted(ranks, 'rank')}, root {root})")
     flows = _coalesce(outputs, sources)
     return Instance(spec, ranks, root, count, itemsize, counts, inputs, outputs, flows)
 

@@ -23,6 +23,7 @@ from purlin_bench.errors import SpecError
 from purlin_bench.resources import data_dir
 from purlin_bench.spec.expr import Expr, ExprError, parse
 from purlin_bench.yamlfile import read_yaml
+from purlin_bench.sizes import counted
 
 BASE_NAMES = frozenset({"r", "R", "root"})
 OPS = ("copy", "reduce")
@@ -141,7 +142,7 @@ class CollectiveSpec:
         try:
             return self.requires.bool({"R": ranks})
         except ExprError as exc:
-            raise _fail(self.source, "requires", f"{exc} (with {ranks} ranks)") from None
+            raise _fail(self.source, "requires", f"{exc} (with {counted(ranks, 'rank')})") from None
 
     def count_for_bytes(self, ranks: int, nbytes: int, itemsize: int) -> int:
         """The count whose nccl-tests message size S is ``nbytes`` (rounded
