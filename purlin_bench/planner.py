@@ -15,10 +15,12 @@ from purlin_bench.program.model import Program
 from purlin_bench.program.validate import ProgramInvalid, validate
 from purlin_bench.spec.instance import Instance
 from purlin_bench.strategies import STRATEGIES, get_strategy
-from purlin_bench.strategies.base import ALIGN_BYTES, Builder, add_call_protocol, check_params, finish, redirect_outputs_through_scratch
+from purlin_bench.strategies.base import (ALIGN_BYTES, Builder, add_call_protocol, check_params, finish,
+                                          redirect_outputs_through_scratch)
 
 
-def plan(inst: Instance, strategy: str, dtype: str, redop: str | None = None, params: dict[str, Any] | None = None, inplace: bool = False) -> Program:
+def plan(inst: Instance, strategy: str, dtype: str, redop: str | None = None, params: dict[str, Any] | None = None,
+         inplace: bool = False) -> Program:
     """Build and validate the program of ``strategy`` for ``inst``.
 
     In place, a strategy whose program would overwrite an input a peer still
@@ -26,7 +28,8 @@ def plan(inst: Instance, strategy: str, dtype: str, redop: str | None = None, pa
     chosen = get_strategy(strategy)
     checked = check_params(strategy, dict(params or {}), chosen.params)
     redop = redop or inst.spec.redop
-    key = (inst.spec, inst.ranks, inst.root, inst.count, inst.itemsize, strategy, dtype, redop, tuple(sorted(checked.items())), inplace)
+    key = (inst.spec, inst.ranks, inst.root, inst.count, inst.itemsize, strategy, dtype, redop,
+           tuple(sorted(checked.items())), inplace)
     if key not in _CACHE:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
@@ -43,7 +46,8 @@ _CACHE_SIZE = 256
 MAX_STEPS = 1 << 16
 
 
-def _plan_uncached(inst: Instance, strategy: str, params: dict[str, int], dtype: str, redop: str | None, inplace: bool) -> Program:
+def _plan_uncached(inst: Instance, strategy: str, params: dict[str, int], dtype: str, redop: str | None,
+                   inplace: bool) -> Program:
     program = _build(inst, strategy, params, dtype, redop, inplace, reroute=False)
     if not inplace:
         return validate(program, inst)

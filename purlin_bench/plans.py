@@ -57,7 +57,9 @@ class TunedCollective:
         self._runners: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
 
     def __repr__(self) -> str:
-        return f"TunedCollective({self.plan.collective}, {self.plan.dtype}, {self.plan.fingerprint.describe()}, {counted(len(self.plan.entries), 'bucket')}, backend={self.backend})"
+        buckets = counted(len(self.plan.entries), "bucket")
+        return (f"TunedCollective({self.plan.collective}, {self.plan.dtype}, {self.plan.fingerprint.describe()}, "
+                f"{buckets}, backend={self.backend})")
 
     @property
     def ranks(self) -> int:
@@ -82,7 +84,8 @@ class TunedCollective:
         per_one = instantiate(self.spec, self.ranks, 1, self._np_dtype.itemsize, root).in_counts
         count = next((n // k for n, k in zip(lengths, per_one) if k), 0)
         if instantiate(self.spec, self.ranks, count, self._np_dtype.itemsize, root).in_counts != lengths:
-            raise PurlinError(f"inputs of lengths {list(lengths)} do not fit {self.spec.name} on {counted(self.ranks, 'rank')} (root {root}): no count gives these lengths")
+            raise PurlinError(f"inputs of lengths {list(lengths)} do not fit {self.spec.name} on "
+                              f"{counted(self.ranks, 'rank')} (root {root}): no count gives these lengths")
         return count
 
     def __call__(self, inputs: Sequence[Any], root: int = 0, redop: str | None = None) -> list[Any]:
@@ -154,7 +157,8 @@ def load_plan(
         plan = load_plan_file(path, spec)
         run_backend = backend or plan.backend
         machine_backend = backend or _natural_backend()
-        here = _machine(machine_backend, ranks or plan.ranks, gpus if gpus is not None else _plan_gpus(plan, machine_backend))
+        plan_gpus = gpus if gpus is not None else _plan_gpus(plan, machine_backend)
+        here = _machine(machine_backend, ranks or plan.ranks, plan_gpus)
     else:
         collective = str(target)
         canonical_dtype, _ = resolve_dtype(dtype)
@@ -164,7 +168,8 @@ def load_plan(
         path = plan_path(folder, here.gpu_type, collective, here.layout, canonical_dtype)
         if not path.exists():
             hint = tune_hint(collective, canonical_dtype, run_backend, ranks or 8, gpus, results_dir)
-            raise ArtifactError(f"no tuned plan for {collective} {canonical_dtype} on {here.describe()}: {path} does not exist (run: {hint})")
+            raise ArtifactError(f"no tuned plan for {collective} {canonical_dtype} on {here.describe()}: {path} does "
+                                f"not exist (run: {hint})")
         plan = load_plan_file(path, spec)
     _check_fits(plan, here, str(path), override)
     return TunedCollective(plan, spec or _spec_of(plan, str(path)), run_backend, str(path))
@@ -198,7 +203,8 @@ def default_results_dir(backend: str) -> str:
     return DEFAULT_RESULTS if backend_class(backend).times_gpu() else CPU_RESULTS
 
 
-def tune_hint(collective: str, dtype: str, backend: str, ranks: int, gpus: Sequence[int] | None, results_dir: str | Path | None) -> str:
+def tune_hint(collective: str, dtype: str, backend: str, ranks: int, gpus: Sequence[int] | None,
+              results_dir: str | Path | None) -> str:
     """The ``purlin tune`` command that writes the plan looked for, chosen to
     finish in minutes where it is suggested: a GPU gets the quick sweep (the
     default one takes hours), the CPU reference its own short defaults."""
@@ -269,7 +275,8 @@ def _check_matches(tuned: TunedCollective, collective: str, dtype: str) -> None:
 def _check_fits(plan: PlanArtifact, here: Fingerprint, source: str, override: bool) -> None:
     differences = plan.fingerprint.differences(here)
     if differences and not override:
-        raise ArtifactError(f"{source}: tuned on {plan.fingerprint.describe()}, this machine is {here.describe()}: {'; '.join(differences)} differ (pass override=True to use it anyway)")
+        raise ArtifactError(f"{source}: tuned on {plan.fingerprint.describe()}, this machine is {here.describe()}: "
+                            f"{'; '.join(differences)} differ (pass override=True to use it anyway)")
 
 
 def _is_path(target: str | Path) -> bool:

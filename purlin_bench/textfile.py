@@ -61,7 +61,8 @@ def read_bytes(path: str | Path, error: type[Exception], limit: int = MAX_TEXT_B
         if not stat.S_ISREG(info.st_mode):
             raise error(f"{path}: cannot read: {_kind(info.st_mode)}, not a regular file")
         if info.st_size > limit:
-            raise error(f"{path}: cannot read: {info.st_size} bytes, more than the {limit >> 20} MiB a purlin input may be")
+            raise error(f"{path}: cannot read: {info.st_size} bytes, more than the {limit >> 20} MiB a purlin input "
+                        f"may be")
         os.set_blocking(fd, True)
         with os.fdopen(os.dup(fd), "rb") as handle:
             raw = handle.read(limit + 1)  # a file growing while read is still capped

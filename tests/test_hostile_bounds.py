@@ -94,7 +94,8 @@ def test_unknown_keys_of_mixed_types_are_one_line(capsys, tmp_path, where):
     if where == "top":
         path.write_text("name: x\n1: a\nb: c\n")
     else:
-        path.write_text("name: x\nop: copy\ncount: buffer\ninput:\n - chunk: c\n   1: 2\n   b: 3\noutput:\n - chunk: c\n")
+        path.write_text("name: x\nop: copy\ncount: buffer\ninput:\n - chunk: c\n   1: 2\n   b: 3\noutput:\n - chunk: "
+                        "c\n")
     refused(capsys, "unknown key(s) ['b', 1]", "list", "--spec", path)
 
 

@@ -192,7 +192,8 @@ def test_a_hostile_yaml_is_one_line(capsys, tmp_path, text, fragment):
 def test_a_hostile_json_is_one_line(capsys, tmp_path, text, fragment, command):
     path = tmp_path / "p.json"
     path.write_text(text)
-    args = ("export", path, "--format", "json") if command == "export" else ("plot", path, "--output", tmp_path / "x.png")
+    args = (("export", path, "--format", "json") if command == "export"
+            else ("plot", path, "--output", tmp_path / "x.png"))
     refused(capsys, fragment, *args)
 
 
@@ -231,8 +232,8 @@ def test_plot_of_rows_of_the_wrong_shape_or_sign_is_one_line(capsys, tmp_path):
     ids=["created", "version", "negative-channels", "huge-channels", "unknown-plan-param", "unknown-exec-param",
          "bad-threads", "million-ranks", "ranks-vs-fingerprint", "ranks-vs-layout", "escape-in-name"],
 )
-def test_a_plan_purlin_would_not_write_is_refused_by_export_and_load_plan(capsys, tmp_path, plan_data, change,
-                                                                          fragment):
+def test_a_plan_purlin_would_not_write_is_refused_by_export_and_load_plan(capsys, tmp_path, plan_data,
+                                                                          change, fragment):
     change(plan_data)
     path = write_plan(tmp_path, plan_data)
     line = refused(capsys, fragment, "export", path, "--format", "header")

@@ -106,7 +106,8 @@ class Measurer:
         for name, why in compared.unavailable.items():
             self.unavailable.setdefault(name, why)
         if o.check and compared.nwrong.get(DEFAULT):
-            raise ExecutionError(f"the default configuration {configs[DEFAULT].text()} gave {compared.nwrong[DEFAULT]} wrong elements: a bug, please report it")
+            raise ExecutionError(f"the default configuration {configs[DEFAULT].text()} gave {compared.nwrong[DEFAULT]} "
+                                 f"wrong elements: a bug, please report it")
         times = {label: t.median_us for label, t in compared.times.items() if label != _CONFIG}
         nwrong = compared.nwrong[_CONFIG] if o.check else 0
         in_place = None

@@ -122,7 +122,8 @@ def summary(records: list[BenchRecord]) -> list[str]:
         if ratios:
             geo = statistics.geometric_mean(ratios)
             # rows, not sizes: with several collectives or strategies a size has several rows
-            lines.append(f"# Speed-up vs {b:<8}: geometric mean {geo:.2f}x over {len(ratios)} rows (min {min(ratios):.2f}x, max {max(ratios):.2f}x)")
+            lines.append(f"# Speed-up vs {b:<8}: geometric mean {geo:.2f}x over {len(ratios)} rows (min "
+                         f"{min(ratios):.2f}x, max {max(ratios):.2f}x)")
     return lines
 
 
@@ -140,10 +141,12 @@ def json_row(r: BenchRecord) -> dict[str, Any]:
     return row
 
 
-def write_json(path: str | Path, records: Iterable[BenchRecord], environment: dict[str, Any], command: str, complete: bool = True) -> None:
+def write_json(path: str | Path, records: Iterable[BenchRecord], environment: dict[str, Any], command: str,
+               complete: bool = True) -> None:
     """``complete`` is false while the run goes on: bench rewrites the file
     after every row, so an interrupted run leaves the rows it measured."""
-    data = {"schema": JSON_SCHEMA, "command": command, "complete": complete, "environment": environment, "results": [json_row(r) for r in records]}
+    data = {"schema": JSON_SCHEMA, "command": command, "complete": complete, "environment": environment,
+            "results": [json_row(r) for r in records]}
     write_output(path, json.dumps(data, indent=1) + "\n")
 
 
@@ -159,10 +162,12 @@ def write_csv(path: str | Path, records: Iterable[BenchRecord], complete: bool =
     baselines = sorted({b for r in records for b in r.baselines})
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(list(CSV_FIELDS) + [f"{b}_us" for b in baselines] + [f"speedup_{b}" for b in baselines] + ["complete"])
+    header = [*CSV_FIELDS, *(f"{b}_us" for b in baselines), *(f"speedup_{b}" for b in baselines), "complete"]
+    writer.writerow(header)
     for r in records:
         ip = r.in_place
-        row = [r.collective, r.size, r.count, r.type, r.redop, r.root, r.strategy, r.out_of_place.time_us, r.out_of_place.algbw, r.out_of_place.busbw, r.out_of_place.nwrong]
+        row = [r.collective, r.size, r.count, r.type, r.redop, r.root, r.strategy, r.out_of_place.time_us,
+               r.out_of_place.algbw, r.out_of_place.busbw, r.out_of_place.nwrong]
         row += [ip.time_us, ip.algbw, ip.busbw, ip.nwrong] if ip else ["", "", "", ""]
         row += [r.floor_us if r.floor_us is not None else "", r.roofline_pct() if r.roofline_pct() is not None else ""]
         row += [r.ranks, r.layout, r.plan or ""]

@@ -104,7 +104,8 @@ class Job:
 # -- parsing the matrix options --------------------------------------------
 
 
-def parse_names(text: str, what: str, known: Sequence[str], canonical: Callable[[str], str] = str) -> tuple[str, ...] | None:
+def parse_names(text: str, what: str, known: Sequence[str],
+                canonical: Callable[[str], str] = str) -> tuple[str, ...] | None:
     """'all' -> None; 'a,b' -> ('a', 'b') checked against ``known``."""
     parts = [p.strip() for p in text.split(",") if p.strip()]
     if not parts:
@@ -152,7 +153,9 @@ def expand(request: Request) -> Iterator[Job | Outcome]:
                 continue
             if not supported:  # ranks >= 1 here, so its 'requires' said no
                 combo = Combo(spec.name, ranks, None, 0, "-", None, "-", False)
-                yield Outcome(combo, NA, note=f"{spec.name} does not support {counted(ranks, 'rank')} (requires {spec.requires.text})")
+                yield Outcome(combo, NA,
+                              note=f"{spec.name} does not support {counted(ranks, 'rank')} (requires "
+                                   f"{spec.requires.text})")
                 continue
             roots: Sequence[int | None] = [None]
             if spec.rooted:
@@ -189,7 +192,8 @@ def _expand_instance(request: Request, spec: CollectiveSpec, ranks: int, root: i
 
 
 def _refused(spec: CollectiveSpec, ranks: int, root: int | None, exc: SpecError) -> Outcome:
-    return Outcome(Combo(spec.name, ranks, root, 0, "-", None, "-", False), ERROR, note=f"spec refused at {counted(ranks, 'rank')}: {exc}")
+    return Outcome(Combo(spec.name, ranks, root, 0, "-", None, "-", False), ERROR,
+                   note=f"spec refused at {counted(ranks, 'rank')}: {exc}")
 
 
 def _expand_strategies(request: Request, inst: Instance, base: Combo) -> Iterator[Job | Outcome]:
@@ -209,7 +213,8 @@ def _expand_strategies(request: Request, inst: Instance, base: Combo) -> Iterato
 class Runner:
     """Runs jobs on one backend, one measurement service per rank count."""
 
-    def __init__(self, backend: type[Backend], seed: int, gpus: tuple[int, ...] | None = None, exec_params: dict | None = None):
+    def __init__(self, backend: type[Backend], seed: int, gpus: tuple[int, ...] | None = None,
+                 exec_params: dict | None = None):
         self.backend = backend
         self.seed = seed
         self.exec_params = dict(exec_params or {})  # the datapath asked for (--kernel), else the runner's own
@@ -246,6 +251,7 @@ class Runner:
             # The service checked on exact_inputs with this seed; the same
             # draw tells whether a partial kept in the dtype overflowed.
             inputs = exact_inputs(program.in_counts, resolve_dtype(c.dtype)[1], program.redop, self.seed)
-            result = replace(result, overflowed=partial_overflow(job.inst, program.redop, resolve_dtype(c.dtype)[1], inputs))
+            overflowed = partial_overflow(job.inst, program.redop, resolve_dtype(c.dtype)[1], inputs)
+            result = replace(result, overflowed=overflowed)
         status = PASS if result.ok else FAIL
         return Outcome(c, status, program.step_count(), result.wrong, result.total, result.note(c.dtype))

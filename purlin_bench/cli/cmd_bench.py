@@ -41,20 +41,28 @@ def bench(
     collective: Optional[str] = typer.Argument(None, help="collective name, a spec .yaml, or 'all' (or --spec)"),
     spec_files: Optional[list[str]] = typer.Option(None, "--spec", help="a user's collective spec (.yaml); repeatable"),
     minbytes: str = typer.Option("8", "-b", "--minbytes", help="smallest message size S (nccl-tests convention)"),
-    maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes", help="largest message size [default: the backend's, 256M on a GPU, 1M on the CPU reference]"),
+    maxbytes: Optional[str] = typer.Option(None, "-e", "--maxbytes",
+                                           help="largest message size [default: the backend's, 256M on a GPU, 1M on "
+                                                "the CPU reference]"),
     stepfactor: int = typer.Option(2, "-f", "--stepfactor", help="multiply the size by this each step"),
     iters: int = typer.Option(20, "-n", "--iters", help="calls per timed batch (one CUDA graph)"),
     warmup: int = typer.Option(5, "-w", "--warmup_iters", help="untimed batches first"),
-    datatype: str = typer.Option("float32", "-d", "--datatype", "--dtype", help="float32|float16|bfloat16|int32|float64 (nccl-tests names too)"),
+    datatype: str = typer.Option("float32", "-d", "--datatype", "--dtype",
+                                 help="float32|float16|bfloat16|int32|float64 (nccl-tests names too)"),
     op: str = typer.Option("sum", "-o", "--op", help="reduction: sum|prod|max|min"),
     root: int = typer.Option(0, "-r", "--root", help="root rank of rooted collectives"),
     check: int = typer.Option(1, "-c", "--check", help="1: count wrong elements against the reference"),
-    cudagraph: int = typer.Option(5, "-G", "--cudagraph", help="replay each captured batch this many times (median); 0: eager launches"),
-    ranks: Optional[int] = typer.Option(None, "--ranks", help="virtual ranks on one GPU [default: 8; with --procs the run's]"),
+    cudagraph: int = typer.Option(5, "-G", "--cudagraph",
+                                  help="replay each captured batch this many times (median); 0: eager launches"),
+    ranks: Optional[int] = typer.Option(None, "--ranks",
+                                        help="virtual ranks on one GPU [default: 8; with --procs the run's]"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="one rank per GPU: '0,1,2,3' or 'all'"),
     strategy: str = typer.Option("auto", "--strategy", help="a strategy, 'auto' (untuned default) or 'all'"),
     plan: Optional[str] = typer.Option(None, "--plan", help="a tuned plan file, or 'auto' to find one for this GPU"),
-    baseline: str = typer.Option("auto", "--baseline", help="comma list: the backend's baselines (on a GPU: cupy on virtual ranks, nccl with --gpus), default (the untuned --strategy auto, to rate a --plan), none; auto: the backend's strongest"),
+    baseline: str = typer.Option("auto", "--baseline",
+                                 help="comma list: the backend's baselines (on a GPU: cupy on virtual ranks, nccl with "
+                                      "--gpus), default (the untuned --strategy auto, to rate a --plan), none; auto: "
+                                      "the backend's strongest"),
     inplace: bool = typer.Option(True, "--inplace/--no-inplace", help="also measure in place"),
     backend: str = typer.Option(AUTO, "--backend", help=" | ".join((AUTO, *names()))),
     channels: Optional[int] = typer.Option(None, "--channels", help="override: channels per rank"),
@@ -67,7 +75,9 @@ def bench(
     json_out: Optional[str] = typer.Option(None, "--json", help="write results (nccl-tests -J rows plus ours) here"),
     csv_out: Optional[str] = typer.Option(None, "--csv", help="write one CSV row per size here"),
     plot_out: Optional[str] = typer.Option(None, "--plot", help="write a bandwidth/latency plot (PNG) here"),
-    fmt: str = typer.Option(AUTO, "--format", help=f"stdout layout: {' | '.join(FORMATS)}; auto: table on a terminal, nccl-tests' text otherwise (logs its readers parse)"),
+    fmt: str = typer.Option(AUTO, "--format",
+                            help=f"stdout layout: {' | '.join(FORMATS)}; auto: table on a terminal, nccl-tests' text "
+                                 f"otherwise (logs its readers parse)"),
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
     mps: bool = typer.Option(False, "--mps", help=MPS_HELP),
 ) -> None:
@@ -76,7 +86,8 @@ def bench(
     if procs is not None:
         counts = common.int_list(procs, "--procs", minimum=1)
         backend_cls, _ = resolve_backend(backend)
-        check_procs(counts, backend_cls, None if ranks is None else str(ranks), {"--json": json_out, "--csv": csv_out, "--plot": plot_out})
+        outputs_given = {"--json": json_out, "--csv": csv_out, "--plot": plot_out}
+        check_procs(counts, backend_cls, None if ranks is None else str(ranks), outputs_given)
         raise typer.Exit(launch(counts, common.gpu_devices(gpus, backend_cls), common.invocation, mps))
     ranks = ranks_for([ranks] if ranks is not None else None, [8])[0]
     outputs.check_output(json_out, "--json")
@@ -97,7 +108,8 @@ def bench(
     n_ranks = len(devices) if devices else ranks
     if n_ranks < 1:
         raise PurlinError(f"--ranks must be at least 1, got {n_ranks}")
-    sizes = sweep(parse_bytes(minbytes, "--minbytes"), parse_bytes(maxbytes or backend_cls.default_bench_max, "--maxbytes"), stepfactor)
+    top = parse_bytes(maxbytes or backend_cls.default_bench_max, "--maxbytes")
+    sizes = sweep(parse_bytes(minbytes, "--minbytes"), top, stepfactor)
     if iters < 1 or warmup < 0 or cudagraph < 0:
         raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
     slice_nbytes = None if slice_bytes is None else parse_bytes(slice_bytes, "--slice-bytes")
@@ -132,7 +144,8 @@ def bench(
     # backend may cap them (the CPU reference does).
     say = (lambda line: print(line, flush=True)) if text else (lambda line: common.console.print(line, highlight=False))
     say(f"# purlin bench on {where}")
-    say(f"# asked: -n {iters} -w {warmup} -G {cudagraph} ({iters} calls per batch, {warmup} warm-up batches, median of {policy.reps} batches{', CUDA graphs' if policy.graph else ''})")
+    say(f"# asked: -n {iters} -w {warmup} -G {cudagraph} ({iters} calls per batch, {warmup} warm-up batches, median of "
+        f"{policy.reps} batches{', CUDA graphs' if policy.graph else ''})")
     say(f"# timing: {timing}")
     if REFERENCE in baselines:
         say(f"# {REFERENCE_BASELINE}")
@@ -140,7 +153,8 @@ def bench(
         # The floor's yardstick, measured in this run: recorded so "% floor" can be re-derived.
         env["copy_bandwidth_gbps"] = round(bandwidth.bytes_per_s / 1e9, 1)
         env["copy_bandwidth_kind"] = bandwidth.kind
-        say(f"# floor: {bandwidth.kind} copy bandwidth {bandwidth.bytes_per_s / 1e9:.0f} GB/s (cudaMemcpyAsync, this run)")
+        say(f"# floor: {bandwidth.kind} copy bandwidth {bandwidth.bytes_per_s / 1e9:.0f} GB/s (cudaMemcpyAsync, this "
+            f"run)")
     for name, source in plans.items():
         say(f"# plan: {name} from {source}")
     command = common.command_line()
@@ -160,7 +174,9 @@ def bench(
     with common.progress_bar(rows_on_stdout=True) as progress:
         task = progress.add_task("bench", total=total)
         for spec, items in plan_text:
-            title = f"{spec.name}  ({counted(n_ranks, 'rank')}, {dtype}{', ' + (op if spec.op == 'reduce' else 'copy')}{', root ' + str(root) if spec.rooted else ''})"
+            kind = op if spec.op == "reduce" else "copy"
+            rooted = f", root {root}" if spec.rooted else ""
+            title = f"{spec.name}  ({counted(n_ranks, 'rank')}, {dtype}, {kind}{rooted})"
             if text:
                 for line in nccl_log.header(title):
                     say(line)
@@ -187,7 +203,8 @@ def bench(
     for line in summary(records):
         say(line)
     if service.build_s > 0:
-        say(f"# build: {service.build_s:.1f} s building device code for these programs (once per machine: cached on disk after)")
+        say(f"# build: {service.build_s:.1f} s building device code for these programs (once per machine: cached on "
+            f"disk after)")
     failed = any(r.out_of_place.nwrong or (r.in_place and r.in_place.nwrong) for r in records)
     save(complete=True)
     if plot_out:

@@ -14,7 +14,8 @@ from typer.core import TyperCommand
 
 from purlin_bench.cli import check_matrix as m
 from purlin_bench.cli.limits import check_check
-from purlin_bench.cli.common import console, err_console, gpu_devices, int_list, invocation, note, param_help, refuse_foreign_params
+from purlin_bench.cli.common import (console, err_console, gpu_devices, int_list, invocation, note, param_help,
+                                     refuse_foreign_params)
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.cli.targets import many_specs
 from purlin_bench.backends import AUTO, REFERENCE, all_params, names, resolve
@@ -66,8 +67,10 @@ _STATUS_STYLE = {m.PASS: "green", m.FAIL: "bold red", m.ERROR: "bold red", m.NA:
 
 def results_table(outcomes: list[m.Outcome]) -> Table:
     table = Table(title="purlin check", title_justify="left")
-    for name in ("collective", "ranks", "root", "count", "dtype", "op", "strategy", "in-place", "steps", "#wrong", "status", "note"):
-        table.add_column(name, justify="right" if name in ("ranks", "root", "count", "steps", "#wrong") else "left", overflow="fold")
+    for name in ("collective", "ranks", "root", "count", "dtype", "op", "strategy", "in-place", "steps", "#wrong",
+                 "status", "note"):
+        table.add_column(name, justify="right" if name in ("ranks", "root", "count", "steps", "#wrong") else "left",
+                         overflow="fold")
     for o in outcomes:
         c = o.combo
         table.add_row(
@@ -89,7 +92,8 @@ def results_table(outcomes: list[m.Outcome]) -> Table:
 
 def summary(outcomes: list[m.Outcome], seconds: float, backend: str) -> dict:
     counts = {status: sum(o.status == status for o in outcomes) for status in (m.PASS, m.FAIL, m.ERROR, m.NA)}
-    return {"passed": counts[m.PASS], "failed": counts[m.FAIL], "errors": counts[m.ERROR], "not_applicable": counts[m.NA], "seconds": round(seconds, 2), "backend": backend}
+    return {"passed": counts[m.PASS], "failed": counts[m.FAIL], "errors": counts[m.ERROR],
+            "not_applicable": counts[m.NA], "seconds": round(seconds, 2), "backend": backend}
 
 
 def _run_all(items: list, runner: m.Runner, show_progress: bool) -> list[m.Outcome]:
@@ -101,7 +105,8 @@ def _run_all(items: list, runner: m.Runner, show_progress: bool) -> list[m.Outco
     lines = not err_console.is_terminal and jobs >= PROGRESS_MIN_JOBS
     start = last_line = time.perf_counter()
     done = 0
-    with Progress(*columns, console=err_console, transient=True, disable=not show_progress or jobs < PROGRESS_MIN_JOBS) as progress:
+    with Progress(*columns, console=err_console, transient=True,
+                  disable=not show_progress or jobs < PROGRESS_MIN_JOBS) as progress:
         task = progress.add_task("checking", total=jobs)
         for item in items:
             if isinstance(item, m.Outcome):
@@ -116,26 +121,41 @@ def _run_all(items: list, runner: m.Runner, show_progress: bool) -> list[m.Outco
             if lines and now - last_line >= PROGRESS_LINE_S and done < jobs:
                 last_line = now
                 failed = sum(o.failed for o in outcomes)
-                note(f"checked {done} of {jobs} in {now - start:.0f} s, {failed} failed (last: {c.collective} R={c.ranks} {c.strategy} {c.dtype} count {c.count})")
+                note(f"checked {done} of {jobs} in {now - start:.0f} s, {failed} failed (last: {c.collective} "
+                     f"R={c.ranks} {c.strategy} {c.dtype} count {c.count})")
     return outcomes
 
 
 def check(
     collective: Optional[str] = typer.Argument(None, help="A built-in collective, 'all', or a path to a .yaml spec."),
-    ranks: Optional[str] = typer.Option(None, "--ranks", help="Rank counts, comma separated [default: 2,3,8; with --procs the run's]."),
+    ranks: Optional[str] = typer.Option(None, "--ranks",
+                                        help="Rank counts, comma separated [default: 2,3,8; with --procs the run's]."),
     strategy: str = typer.Option("all", "--strategy", "-s", help="'all' (every strategy) or names, comma separated."),
-    dtype: str = typer.Option("float32", "--dtype", "-d", help="'all' or dtypes, comma separated (float32, float64, float16, bfloat16, int32)."),
-    count: str = typer.Option("1001", "--count", help="Element counts, comma separated (see 'count' in README: per chunk or per buffer)."),
-    root: str = typer.Option("all", "--root", help="'all' (every rank) or roots, comma separated; rooted collectives only."),
-    op: Optional[str] = typer.Option(None, "--op", help="Reduction: sum, prod, max, min, 'all' or a comma list (default: the spec's)."),
-    inplace: Optional[bool] = typer.Option(None, "--inplace/--no-inplace", help="Only in place / only out of place; '--inplace both' (the default) runs both."),
+    dtype: str = typer.Option("float32", "--dtype", "-d",
+                              help="'all' or dtypes, comma separated (float32, float64, float16, bfloat16, int32)."),
+    count: str = typer.Option("1001", "--count",
+                              help="Element counts, comma separated (see 'count' in README: per chunk or per buffer)."),
+    root: str = typer.Option("all", "--root",
+                             help="'all' (every rank) or roots, comma separated; rooted collectives only."),
+    op: Optional[str] = typer.Option(None, "--op",
+                                     help="Reduction: sum, prod, max, min, 'all' or a comma list (default: the "
+                                          "spec's)."),
+    inplace: Optional[bool] = typer.Option(None, "--inplace/--no-inplace",
+                                           help="Only in place / only out of place; '--inplace both' (the default) "
+                                                "runs both."),
     inplace_mode: Optional[str] = typer.Option(None, "--inplace-mode", hidden=True),
-    backend: str = typer.Option(REFERENCE, "--backend", help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable, else the CPU reference)."),
-    spec_files: Optional[list[str]] = typer.Option(None, "--spec", help="A user's collective spec (.yaml) to check; repeatable."),
-    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the random inputs and of the CPU executor's interleaving."),
-    failed_only: bool = typer.Option(False, "--failed-only", help="List only failed combinations in the table (the summary counts all)."),
+    backend: str = typer.Option(REFERENCE, "--backend",
+                                help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable, else the CPU "
+                                     f"reference)."),
+    spec_files: Optional[list[str]] = typer.Option(None, "--spec",
+                                                   help="A user's collective spec (.yaml) to check; repeatable."),
+    seed: int = typer.Option(0, "--seed", min=0,
+                             help="Seed of the random inputs and of the CPU executor's interleaving."),
+    failed_only: bool = typer.Option(False, "--failed-only",
+                                     help="List only failed combinations in the table (the summary counts all)."),
     as_json: bool = typer.Option(False, "--json", help="Print results and summary as JSON to stdout."),
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="One rank per GPU: '0,1,2,3' or 'all' (cupy); replaces --ranks."),
+    gpus: Optional[str] = typer.Option(None, "--gpus",
+                                       help="One rank per GPU: '0,1,2,3' or 'all' (cupy); replaces --ranks."),
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
     mps: bool = typer.Option(False, "--mps", help=MPS_HELP),
     kernel: Optional[str] = typer.Option(None, "--kernel", help=f"{param_help('kernel')}; default: its own."),
@@ -170,7 +190,8 @@ def check(
     if why:
         note(why)
     start = time.perf_counter()
-    outcomes = _run_all(items, m.Runner(chosen, seed, devices, exec_params), show_progress=not as_json and err_console.is_terminal)
+    outcomes = _run_all(items, m.Runner(chosen, seed, devices, exec_params),
+                        show_progress=not as_json and err_console.is_terminal)
     totals = summary(outcomes, time.perf_counter() - start, chosen.name)
     if as_json:
         print(json.dumps({"results": [o.to_dict() for o in outcomes], "summary": totals}, indent=2))

@@ -20,7 +20,8 @@ def export(
     plan: Path = typer.Argument(..., help="a plan artifact (results/<gpu-type>/<collective>-<layout>-<dtype>.json)"),
     fmt: str = typer.Option(..., "--format", help=" | ".join(formats())),
     output: Optional[Path] = typer.Option(None, "--output", help="write here (atomically) instead of to stdout"),
-    spec: Optional[Path] = typer.Option(None, "--spec", help="the collective's spec .yaml, for a plan of your own collective"),
+    spec: Optional[Path] = typer.Option(None, "--spec",
+                                        help="the collective's spec .yaml, for a plan of your own collective"),
 ) -> None:
     """Export a tuned plan: json (docs/plan.schema.json), csv, or a C/C++ header."""
     require_format(fmt)

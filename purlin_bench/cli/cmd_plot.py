@@ -12,7 +12,8 @@ ORDER = 45
 
 def plot(
     results: str = typer.Argument(..., help="a file written by `purlin bench --json`"),
-    output: str = typer.Option(..., "--output", help="the image to write (PNG, or another format matplotlib writes, by extension)"),
+    output: str = typer.Option(..., "--output",
+                               help="the image to write (PNG, or another format matplotlib writes, by extension)"),
     title: str = typer.Option("", "--title", help="figure title [default: the results file]"),
 ) -> None:
     """Plot bus bandwidth and latency against size, one line per strategy and baseline."""

@@ -50,20 +50,31 @@ def tune(
     collective: Optional[str] = typer.Argument(None, help="a collective name, a spec .yaml, or 'all' (or --spec)"),
     spec_files: Optional[list[str]] = typer.Option(None, "--spec", help="a user's collective spec (.yaml); repeatable"),
     sweep: str = typer.Option(_DEFAULT_SWEEP, "--sweep", help="a built-in sweep (quick, default) or a sweep .yaml"),
-    ranks: Optional[str] = typer.Option(None, "--ranks", help="virtual ranks on one device, e.g. 8 or 4,8 [default: the sweep's]"),
+    ranks: Optional[str] = typer.Option(None, "--ranks",
+                                        help="virtual ranks on one device, e.g. 8 or 4,8 [default: the sweep's]"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="one rank per GPU: '0,1,2,3' or 'all' (cupy)"),
     dtype: Optional[str] = typer.Option(None, "-d", "--dtype", help="comma list of dtypes [default: the sweep's]"),
-    trials: Optional[int] = typer.Option(None, "--trials", help="finished trials wanted per study, in total across restarts and workers [default: the sweep's]"),
+    trials: Optional[int] = typer.Option(None, "--trials",
+                                         help="finished trials wanted per study, in total across restarts and workers "
+                                              "[default: the sweep's]"),
     timeout: Optional[float] = typer.Option(None, "--timeout", help="seconds per study; no trial starts after it"),
     sampler: str = typer.Option("tpe", "--sampler", help="tpe | random | bruteforce"),
     seed: Optional[int] = typer.Option(None, "--seed", min=0, help="sampler seed (each study derives its own)"),
-    confirm: int = typer.Option(3, "--confirm", help="re-measure the 3 fastest and the default this many rounds before picking; the default stays unless beaten by 2% (0: take the study's best)"),
+    confirm: int = typer.Option(3, "--confirm",
+                                help="re-measure the 3 fastest and the default this many rounds before picking; the "
+                                     "default stays unless beaten by 2% (0: take the study's best)"),
     storage: Optional[str] = typer.Option(None, "--storage", help="study storage URL [default: sqlite:///OUT/tune.db]"),
-    out: Optional[Path] = typer.Option(None, "--out", help="folder of plan artifacts [default: results/ on a GPU, results-cpu/ (git-ignored) for CPU timings]"),
-    backend: str = typer.Option(AUTO, "--backend", help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable)"),
+    out: Optional[Path] = typer.Option(None, "--out",
+                                       help="folder of plan artifacts [default: results/ on a GPU, results-cpu/ "
+                                            "(git-ignored) for CPU timings]"),
+    backend: str = typer.Option(AUTO, "--backend",
+                                help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable)"),
     sizes: Optional[str] = typer.Option(None, "--sizes", help="override the sweep's size buckets, e.g. 8,64K,1M"),
-    max_bytes: Optional[str] = typer.Option(None, "--max-bytes", help="keep only buckets that end at or below this size [default: the backend's: none on a GPU, 64K on the CPU reference]"),
-    force: bool = typer.Option(False, "--force", help="confirm the finalists again and rewrite plans that are already complete"),
+    max_bytes: Optional[str] = typer.Option(None, "--max-bytes",
+                                            help="keep only buckets that end at or below this size [default: the "
+                                                 "backend's: none on a GPU, 64K on the CPU reference]"),
+    force: bool = typer.Option(False, "--force",
+                               help="confirm the finalists again and rewrite plans that are already complete"),
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
     mps: bool = typer.Option(False, "--mps", help=MPS_HELP),
 ) -> int:
@@ -122,7 +133,8 @@ def tune(
         ranks=rank_counts,
         gpus=tuple(devices) if devices else None,
         backend=backend_cls.name,
-        settings=TuneSettings(trials=trials or chosen.trials, sampler=sampler, seed=seed, timeout_s=timeout, confirm_rounds=confirm),
+        settings=TuneSettings(trials=trials or chosen.trials, sampler=sampler, seed=seed, timeout_s=timeout,
+                              confirm_rounds=confirm),
         storage_url=storage or default_storage_url(out),
         out_dir=out,
         force=force,
@@ -143,7 +155,8 @@ def tune(
         except KeyboardInterrupt:
             # Every finished trial is in storage already; the running one is queued again.
             progress.stop()
-            print(f"interrupted: {counted(reporter.kept, 'trial')} kept; rerun the same command to resume", file=sys.stderr, flush=True)
+            print(f"interrupted: {counted(reporter.kept, 'trial')} kept; rerun the same command to resume",
+                  file=sys.stderr, flush=True)
             raise typer.Exit(130) from None
     for message in reporter.notes:
         common.note(message)
@@ -180,7 +193,9 @@ def _backend_limits(backend_cls, chosen, max_bytes: str | None, trials: int | No
     if trials is None and not sweep_given and short_trials and chosen.trials > short_trials:
         cuts.append(f"{counted(short_trials, 'trial')} per study, not the sweep's {chosen.trials}")
         trials = short_trials
-    note = f"{backend_cls.name} backend: a short tune: {' and '.join(cuts)} (--max-bytes and --trials to change)" if cuts else None
+    note = None
+    if cuts:
+        note = f"{backend_cls.name} backend: a short tune: {' and '.join(cuts)} (--max-bytes and --trials to change)"
     return chosen, trials, note
 
 
@@ -236,14 +251,17 @@ class _ProgressReporter:
         o = result.outcome
         stop = "" if o.stop == "done" else f", stopped: {o.stop}"
         winner = "no correct configuration" if result.entry is None else f"winner {result.entry.config.text()}"
-        self._line(f"study {self.finished}/{self.studies} {_label(o.name, result.bucket.text())}: {o.finished}/{counted(o.wanted, 'trial')} ({o.ran} run now){stop}, finals done, {winner}; {self._clock()}")
+        self._line(f"study {self.finished}/{self.studies} {_label(o.name, result.bucket.text())}: "
+                   f"{o.finished}/{counted(o.wanted, 'trial')} ({o.ran} run now){stop}, finals done, {winner}; "
+                   f"{self._clock()}")
 
     def job_up_to_date(self, result) -> None:
         for b in result.buckets:
             self.finished += 1
             self.kept += b.outcome.finished
             self.progress.advance(self.task, self.per_study)
-        self._line(f"up to date: {result.path} holds every bucket's trials ({counted(len(result.buckets), 'bucket')}); nothing measured (--force to confirm again and rewrite)")
+        self._line(f"up to date: {result.path} holds every bucket's trials ({counted(len(result.buckets), 'bucket')}); "
+                   f"nothing measured (--force to confirm again and rewrite)")
 
     def _clock(self) -> str:
         elapsed = time.monotonic() - self.started
@@ -258,7 +276,8 @@ class _ProgressReporter:
 
 
 def _label(study: str, bucket: str | None = None) -> str:
-    """purlin/<gpu>/<layout>/<collective>/<dtype>/<bucket>/at-.../space-... -> '<collective> <dtype> <layout> <bucket>'."""
+    """purlin/<gpu>/<layout>/<collective>/<dtype>/<bucket>/at-.../space-...
+    -> '<collective> <dtype> <layout> <bucket>'."""
     parts = study.split("/")
     if len(parts) < 6:
         return study
@@ -275,13 +294,16 @@ def _winners(results, reference_times: bool, console) -> Table | Group:
 
         title += f"; {REFERENCE_BASELINE}"
     table = Table(title=title)
-    for name, justify in (("collective", "left"), ("dtype", "left"), ("layout", "left"), ("bucket", "left"), ("winner", "left"), ("time (us)", "right"), ("busbw (GB/s)", "right"), ("default (us)", "right"), ("vs default", "right"), ("baseline (us)", "right"), ("vs baseline", "right"), ("trials", "right")):
+    left = ("collective", "dtype", "layout", "bucket", "winner")
+    right = ("time (us)", "busbw (GB/s)", "default (us)", "vs default", "baseline (us)", "vs baseline", "trials")
+    for name, justify in [(n, "left") for n in left] + [(n, "right") for n in right]:
         table.add_column(name, justify=justify, no_wrap=True)
     lines: list[Text] = [Text(title, style="bold")]
     for result in results:
         for b in result.buckets:
             base = [result.job.spec.name, result.job.dtype, b.layout, b.bucket.text()]
-            trials = f"{b.outcome.finished}/{b.outcome.wanted}" + ("" if b.outcome.stop == "done" else f" ({b.outcome.stop})")
+            stopped = "" if b.outcome.stop == "done" else f" ({b.outcome.stop})"
+            trials = f"{b.outcome.finished}/{b.outcome.wanted}{stopped}"
             if b.entry is None:
                 table.add_row(*base, "no correct configuration", *[""] * 6, str(b.outcome.finished))
                 lines.append(Text(f"{' '.join(base)}: no correct configuration ({trials} trials)"))

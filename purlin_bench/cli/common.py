@@ -123,7 +123,8 @@ def refuse_foreign_params(backend, given: dict[str, Any]) -> dict[str, Any]:
     taken = {p.name for p in backend.params}
     for name in asked:
         if name not in taken:
-            raise PurlinError(f"--{name} is a datapath parameter of {', '.join(all_params()[name][1])}, not of backend {backend.name}")
+            raise PurlinError(f"--{name} is a datapath parameter of {', '.join(all_params()[name][1])}, not of backend "
+                              f"{backend.name}")
     return asked
 
 

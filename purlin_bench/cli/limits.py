@@ -63,7 +63,8 @@ def check_no_op(specs, given: bool) -> None:
         return
     copies = [s.name for s in specs if s.op != "reduce"]
     if copies and len(copies) == len(list(specs)):
-        raise PurlinError(f"--op: {', '.join(copies)} {'is a copy collective' if len(copies) == 1 else 'are copy collectives'} with no reduction")
+        raise PurlinError(f"--op: {', '.join(copies)} "
+                          f"{'is a copy collective' if len(copies) == 1 else 'are copy collectives'} with no reduction")
 
 
 def needed_bytes(inst: Instance, itemsize: int, copies: int = 1) -> int:
@@ -99,7 +100,8 @@ def check_memory(needed: int, what: str, backend) -> None:
         return  # device memory: the backend's guard reports it as one line
     have = available_memory()
     if have is not None and needed > have:
-        raise PurlinError(f"{what} needs about {_gib(needed)} of memory on the {backend.name} backend, and {_gib(have)} is available")
+        raise PurlinError(f"{what} needs about {_gib(needed)} of memory on the {backend.name} backend, and "
+                          f"{_gib(have)} is available")
 
 
 def check_bench(specs, maxbytes: str | None, backend: str, ranks: int, gpus: str | None, datatype: str,
@@ -124,7 +126,8 @@ def check_bench(specs, maxbytes: str | None, backend: str, ranks: int, gpus: str
             continue
         inst = instantiate(spec, ranks, spec.count_for_bytes(ranks, top, np_dtype.itemsize), np_dtype.itemsize)
         # The configuration, the default it is compared with, in place too.
-        check_memory(needed_bytes(inst, np_dtype.itemsize, copies=4 if inplace else 2), f"{spec.name} at {top} B on {counted(ranks, 'rank')}", backend_cls)
+        check_memory(needed_bytes(inst, np_dtype.itemsize, copies=4 if inplace else 2),
+                     f"{spec.name} at {top} B on {counted(ranks, 'rank')}", backend_cls)
 
 
 def check_tune(jobs, sweep, backend) -> None:
@@ -138,7 +141,8 @@ def check_tune(jobs, sweep, backend) -> None:
         itemsize = DTYPES[job.dtype].itemsize
         count = job.spec.count_for_bytes(job.ranks, top, itemsize)
         inst = instantiate(job.spec, job.ranks, count, itemsize)
-        check_memory(needed_bytes(inst, itemsize, copies=2), f"{job.spec.name} at {top} B on {counted(job.ranks, 'rank')}", backend)
+        check_memory(needed_bytes(inst, itemsize, copies=2),
+                     f"{job.spec.name} at {top} B on {counted(job.ranks, 'rank')}", backend)
 
 
 def check_check(request, backend) -> None:
@@ -159,11 +163,13 @@ def check_check(request, backend) -> None:
                 inst = instantiate(spec, ranks, max(request.counts), itemsize)
             except SpecError:
                 continue  # a spec broken at this rank count: the check reports it as that row, and runs the others
-            check_memory(needed_bytes(inst, itemsize), f"{spec.name} of count {max(request.counts)} on {counted(ranks, 'rank')}", backend)
+            check_memory(needed_bytes(inst, itemsize),
+                         f"{spec.name} of count {max(request.counts)} on {counted(ranks, 'rank')}", backend)
 
 
 def _gib(n: int) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
-__all__ = ["available_memory", "check_choice", "check_given", "check_bench", "check_check", "check_tune", "check_memory", "check_no_op", "op_given", "check_plan_param", "check_ranks", "needed_bytes"]
+__all__ = ["available_memory", "check_choice", "check_given", "check_bench", "check_check", "check_tune",
+           "check_memory", "check_no_op", "op_given", "check_plan_param", "check_ranks", "needed_bytes"]

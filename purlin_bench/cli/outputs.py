@@ -74,7 +74,8 @@ def check_plot(path: str | Path | None, option: str) -> None:
     known = plot_formats()
     if suffix not in known:
         got = f"'.{suffix}'" if suffix else "no extension"
-        raise PurlinError(f"{option} {path}: {got} is not an image format matplotlib writes (known: {', '.join(known)})")
+        raise PurlinError(f"{option} {path}: {got} is not an image format matplotlib writes (known: "
+                          f"{', '.join(known)})")
 
 
 def plot_formats() -> tuple[str, ...]:

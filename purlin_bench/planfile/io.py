@@ -121,12 +121,16 @@ def _check_version_and_kind(data: dict[str, Any], fail) -> None:
     if isinstance(version, bool) or not isinstance(version, int):
         raise fail("schema_version", f"expected an integer, got {_json_type(version)}")
     if version > SCHEMA_VERSION:
-        raise fail("schema_version", f"plan schema version {version} is newer than this purlin-bench reads ({SCHEMA_VERSION}): upgrade purlin-bench")
+        raise fail("schema_version",
+                   f"plan schema version {version} is newer than this purlin-bench reads ({SCHEMA_VERSION}): upgrade "
+                   f"purlin-bench")
     if version < 1:
         raise fail("schema_version", f"must be >= 1, got {version}")
     kind = data.get("kind")
     if kind != KIND:
-        raise fail("kind", "missing field (not a purlin plan)" if "kind" not in data else f"expected '{KIND}', got {kind!r} (not a purlin plan)")
+        raise fail("kind",
+                   "missing field (not a purlin "
+                   "plan)" if "kind" not in data else f"expected '{KIND}', got {kind!r} (not a purlin plan)")
 
 
 def _check_entries(entries: list[dict[str, Any]], fail) -> None:
@@ -137,10 +141,13 @@ def _check_entries(entries: list[dict[str, Any]], fail) -> None:
             continue
         prev = entries[i - 1]
         if e["min_bytes"] <= prev["min_bytes"]:
-            raise fail(f"entries[{i}].min_bytes", f"entries must be sorted by min_bytes, without repeats: {e['min_bytes']} follows {prev['min_bytes']}")
+            raise fail(f"entries[{i}].min_bytes",
+                       f"entries must be sorted by min_bytes, without repeats: {e['min_bytes']} follows "
+                       f"{prev['min_bytes']}")
         if prev["max_bytes"] is None or prev["max_bytes"] >= e["min_bytes"]:
             upper = "no upper bound" if prev["max_bytes"] is None else f"up to {prev['max_bytes']}"
-            raise fail(f"entries[{i}].min_bytes", f"{e['min_bytes']} overlaps entries[{i - 1}] (from {prev['min_bytes']}, {upper})")
+            raise fail(f"entries[{i}].min_bytes",
+                       f"{e['min_bytes']} overlaps entries[{i - 1}] (from {prev['min_bytes']}, {upper})")
 
 
 def _check_collective(name: str, spec: CollectiveSpec | None, fail) -> None:
@@ -150,7 +157,9 @@ def _check_collective(name: str, spec: CollectiveSpec | None, fail) -> None:
         return
     known = builtin_spec_paths()
     if name not in known:
-        raise fail("collective", f"unknown collective {name!r} (built-in: {', '.join(known)}); for a plan of your own collective, give its spec (--spec FILE.yaml, or spec= in Python)")
+        raise fail("collective",
+                   f"unknown collective {name!r} (built-in: {', '.join(known)}); for a plan of your own collective, "
+                   f"give its spec (--spec FILE.yaml, or spec= in Python)")
 
 
 def _numbers(value: Any, where: str) -> Iterator[tuple[str, float]]:
@@ -181,7 +190,8 @@ def _validator() -> Any:
     return jsonschema.validators.extend(base, type_checker=strict)(schema)
 
 
-_TYPE_NAMES = {"integer": "an integer", "number": "a number", "string": "a string", "object": "an object", "array": "a list", "boolean": "a boolean", "null": "null"}
+_TYPE_NAMES = {"integer": "an integer", "number": "a number", "string": "a string", "object": "an object",
+               "array": "a list", "boolean": "a boolean", "null": "null"}
 
 
 def _explain(error: ValidationError) -> tuple[str, str]:
@@ -199,7 +209,8 @@ def _explain(error: ValidationError) -> tuple[str, str]:
         kinds = [expected] if isinstance(expected, str) else expected
         return where, f"expected {' or '.join(_TYPE_NAMES[k] for k in kinds)}, got {_json_type(value)}"
     if kind == "enum":
-        return where, f"expected one of {', '.join('null' if v is None else str(v) for v in expected)}, got {_show(value)}"
+        listed = ", ".join("null" if v is None else str(v) for v in expected)
+        return where, f"expected one of {listed}, got {_show(value)}"
     if kind == "const":
         return where, f"expected {_show(expected)}, got {_show(value)}"
     if kind == "minimum":

@@ -98,8 +98,8 @@ def parse(text: str | int, allowed_names: frozenset[str] | set[str]) -> Expr:
         tree = ast.parse(source, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ExprError(f"cannot parse '{source[:60]}': {getattr(exc, 'msg', None) or exc}") from None
-    cost = sum(1 for node in ast.walk(tree.body) if not isinstance(node, (ast.expr_context, ast.operator,
-                                                                          ast.cmpop, ast.boolop, ast.unaryop)))
+    operators = (ast.expr_context, ast.operator, ast.cmpop, ast.boolop, ast.unaryop)  # parts of a node, not nodes
+    cost = sum(1 for node in ast.walk(tree.body) if not isinstance(node, operators))
     if cost > MAX_EXPR_NODES:
         raise ExprError(f"'{source[:40]}...' has {cost} terms (at most {MAX_EXPR_NODES})")
     names: set[str] = set()
@@ -167,4 +167,5 @@ def _compile(node: ast.AST, source: str, allowed: frozenset[str], names: set[str
         fn = _FUNCS[node.func.id]
         args = [_compile(a, source, allowed, names) for a in node.args]
         return lambda env: fn(*(a(env) for a in args))
-    raise ExprError(f"'{ast.unparse(node)}' is not allowed in '{source}' (use numbers, names, + - * // % /, comparisons, and/or/not, min/max/abs)")
+    raise ExprError(f"'{ast.unparse(node)}' is not allowed in '{source}' (use numbers, names, + - * // % /, "
+                    f"comparisons, and/or/not, min/max/abs)")

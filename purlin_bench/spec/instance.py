@@ -129,7 +129,8 @@ class Instance:
                 continue
             at = _run_position(ins, outs)
             if at is None:
-                raise SpecError(f"{self.spec.name} cannot run in place: rank {rank}'s input and output do not nest (no common run of chunks)")
+                raise SpecError(f"{self.spec.name} cannot run in place: rank {rank}'s input and output do not nest (no "
+                                f"common run of chunks)")
             # When the counts tie, every chunk outside the run is empty, so the
             # run starts at offset 0 and the model's tie rule (the input is the
             # view) agrees with either reading.
@@ -179,7 +180,8 @@ def _layouts(spec: CollectiveSpec, side: str, ranks: int, root: int) -> list[lis
     return result
 
 
-def _chunk_counts(spec: CollectiveSpec, ins: list[list[ChunkKey]], outs: list[list[ChunkKey]], count: int, itemsize: int, ranks: int) -> dict[ChunkKey, int]:
+def _chunk_counts(spec: CollectiveSpec, ins: list[list[ChunkKey]], outs: list[list[ChunkKey]], count: int,
+                  itemsize: int, ranks: int) -> dict[ChunkKey, int]:
     names = {k for layout in ins + outs for k in layout}
     if spec.count_mode == "chunk":
         return {k: count for k in names}
@@ -229,10 +231,12 @@ def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, roo
         for key, _ in layout:
             found = sources.get(key, [])
             if not found:
-                raise SpecError(f"{spec.source}: output: chunk {key_text(key)} of rank {rank} has no source in any input (with {counted(ranks, 'rank')}, root {root})")
+                raise SpecError(f"{spec.source}: output: chunk {key_text(key)} of rank {rank} has no source in any "
+                                f"input (with {counted(ranks, 'rank')}, root {root})")
             if spec.op == "copy" and len(found) > 1:
                 where = ", ".join(f"rank {p.rank}" for p in found)
-                raise SpecError(f"{spec.source}: input: copy chunk {key_text(key)} has {len(found)} sources ({where}); a copy needs exactly one (with {counted(ranks, 'rank')}, root {root})")
+                raise SpecError(f"{spec.source}: input: copy chunk {key_text(key)} has {len(found)} sources ({where}); "
+                                f"a copy needs exactly one (with {counted(ranks, 'rank')}, root {root})")
     flows = _coalesce(outputs, sources)
     return Instance(spec, ranks, root, count, itemsize, counts, inputs, outputs, flows)
 

@@ -100,7 +100,9 @@ class LayoutEntry:
                 n = MAX_CHUNKS + 1
             cost = n * weight if depth == len(self.loops) - 1 else n
             if cost > budget[0]:
-                costly = f" ({n} of {weight}x the work, for its {nodes}-term condition and arguments)" if weight > 1 else ""
+                costly = ""
+                if weight > 1:
+                    costly = f" ({n} of {weight}x the work, for its {nodes}-term condition and arguments)"
                 raise ExprError(f"loop '{loop.var}' would take more than {MAX_CHUNKS} iterations{costly} for one "
                                 f"rank's buffer (R={env.get('R')}): at most {MAX_CHUNKS}, so that a spec is built "
                                 "in seconds, not hours")
@@ -188,7 +190,8 @@ def _parse_entry(source: str, where: str, raw: Any) -> LayoutEntry:
         loop_where = f"{where}.for[{k}]"
         match = _LOOP.match(str(text))
         if not match:
-            raise _fail(source, loop_where, f"expected 'VAR in range(STOP)' or 'VAR in range(START, STOP[, STEP])', got '{text}'")
+            raise _fail(source, loop_where,
+                        f"expected 'VAR in range(STOP)' or 'VAR in range(START, STOP[, STEP])', got '{text}'")
         var, args = match.group(1), match.group(2)
         if var in names:
             raise _fail(source, loop_where, f"loop variable '{var}' shadows a name already in use")

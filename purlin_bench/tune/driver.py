@@ -98,14 +98,16 @@ class Reporter:
 
 def plan_jobs(request: TuneRequest) -> list[Job]:
     ranks_list = (len(request.gpus),) if request.gpus else request.ranks
-    return [Job(spec, dtype, ranks) for ranks in ranks_list for spec in request.collectives if spec.supports_ranks(ranks) for dtype in request.dtypes]
+    return [Job(spec, dtype, ranks) for ranks in ranks_list for spec in request.collectives
+            if spec.supports_ranks(ranks) for dtype in request.dtypes]
 
 
 def study_name(fp: Fingerprint, collective: str, dtype: str, bucket: Bucket, sweep: Sweep) -> str:
     # The probe sizes are in the name: a study's scores compare only when
     # measured at the same sizes (before probes, at the lower edge alone).
     probes = ",".join(format_bytes(n) for n in bucket.probe_bytes)
-    return f"purlin/{fp.gpu_type}/{fp.layout}/{collective}/{dtype}/{bucket.label}/at-{probes}/space-{sweep.space_digest}"
+    return (f"purlin/{fp.gpu_type}/{fp.layout}/{collective}/{dtype}/{bucket.label}/at-{probes}"
+            f"/space-{sweep.space_digest}")
 
 
 def check_targets(request: TuneRequest) -> None:
@@ -157,7 +159,8 @@ def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter
     started = time.monotonic()
     variants = bench.warm_up()
     if variants:
-        reporter.note(f"{job.spec.name} {job.dtype}: {variants} kernel variants ready in {time.monotonic() - started:.1f} s, before the studies' clocks start")
+        reporter.note(f"{job.spec.name} {job.dtype}: {variants} kernel variants ready in "
+                      f"{time.monotonic() - started:.1f} s, before the studies' clocks start")
     previous_entries = {e.min_bytes: e.config for e in previous.entries} if previous else {}
     tuning = _JobTuning(request, job, fp, bench, previous_entries, storage, reporter)
     results = tuple(tuning.bucket(b) for b in request.sweep.buckets)
@@ -173,7 +176,8 @@ def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter
         fingerprint=fp,
         package_version=purlin_bench.__version__,
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        sweep=SweepRef(request.sweep.name, request.sweep.digest, request.settings.sampler, request.settings.trials, request.settings.seed),
+        sweep=SweepRef(request.sweep.name, request.sweep.digest, request.settings.sampler, request.settings.trials,
+                       request.settings.seed),
         entries=entries,
     )
     # Written once every bucket is done: an interrupted tune leaves the old plan whole.
@@ -202,7 +206,8 @@ class _JobTuning:
             name=name,
             bucket=bucket,
             space=space,
-            context={"op": inst.op, "collective": job.spec.name, "dtype": job.dtype, "ranks": job.ranks, "backend": request.backend},
+            context={"op": inst.op, "collective": job.spec.name, "dtype": job.dtype, "ranks": job.ranks,
+                     "backend": request.backend},
             normalize=partial(effective_config, exec_params=backend_class(request.backend).params),
             default=bench.service.default_config(inst),
             previous=self.previous.get(bucket.min_bytes),
@@ -212,20 +217,24 @@ class _JobTuning:
         if kept:
             self.reporter.study_resumed(name, bucket, kept, request.settings.trials)
         self.reporter.study_started(name)
-        outcome = run_study(spec, bench.measure, bench.check, self.storage, request.settings, on_trial=lambda s, r: self.reporter.trial_finished(s.name, r))
+        outcome = run_study(spec, bench.measure, bench.check, self.storage, request.settings, on_trial=lambda s,
+                            r: self.reporter.trial_finished(s.name, r))
         self.reporter.study_finished(name, outcome)
         best = outcome.best
         if best is None or best.config is None or best.time_us is None:
-            self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: no correct configuration in {outcome.finished} trial(s); bucket left out of the plan")
+            self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: no correct configuration in "
+                               f"{outcome.finished} trial(s); bucket left out of the plan")
             result = BucketResult(job, self.fp.layout, bucket, outcome, None)
             self.reporter.bucket_done(result)
             return result
-        default = outcome.default.config if outcome.default is not None and outcome.default.time_us is not None else None
+        measured = outcome.default is not None and outcome.default.time_us is not None
+        default = outcome.default.config if measured else None
         ranked = [r.config for r in outcome.ranked if r.config is not None]
         final = pick(bench, bucket, ranked, default, request.settings.confirm_rounds)
         config, time_us, default_us = final.config, final.time_us, final.default_us
         if final.note:
-            self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: kept {'the default' if config == default else config.text()}: {final.note}")
+            self.reporter.note(f"{job.spec.name} {job.dtype} {bucket.label}: kept "
+                               f"{'the default' if config == default else config.text()}: {final.note}")
         entry = PlanEntry(
             min_bytes=bucket.min_bytes,
             max_bytes=bucket.max_bytes,
@@ -255,7 +264,8 @@ def _previous_plan(path: Path, spec: CollectiveSpec, reporter: Reporter) -> Plan
         return None
 
 
-def _complete(plan: PlanArtifact | None, request: TuneRequest, job: Job, layout: str, names: list[str]) -> tuple[BucketResult, ...] | None:
+def _complete(plan: PlanArtifact | None, request: TuneRequest, job: Job, layout: str,
+              names: list[str]) -> tuple[BucketResult, ...] | None:
     """The plan's buckets, if it answers this request already: one entry per
     bucket from the very study this request would run (same bucket, probes and
     space), each with the trials asked for. Then rerunning would only measure
