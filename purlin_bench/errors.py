@@ -32,3 +32,9 @@ class DeadlockError(ExecutionError):
 
 class WatchdogTimeout(ExecutionError):
     """A device wait ran past its bound; the message names rank, step and flag."""
+
+
+class CallAborted(WatchdogTimeout):
+    """This rank's call left because another wait (another rank's, maybe)
+    timed out: a consequence. Said after the timeout that caused it, which
+    names rank, step and flag."""

@@ -149,3 +149,30 @@ def test_no_daemon_is_time_sliced(tmp_path):
     assert not mps.serving({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)})
     (tmp_path / "control").write_text("not a socket")
     assert mps.gpu_scheduling({"CUDA_MPS_PIPE_DIRECTORY": str(tmp_path)}) == mps.TIME_SLICED
+
+
+def test_a_failed_call_makes_every_later_call_of_the_communicator_raise():
+    """Issue 27: a call a watchdog aborted handed zeros to the serving stack
+    and nothing was raised. Now the next call reads the process's summary
+    word (no sync) and raises the recorded error, and so does every call
+    after it, as a torch NCCL communicator does after a watchdog abort."""
+    from types import SimpleNamespace
+
+    from purlin_bench.errors import WatchdogTimeout
+    from purlin_bench.torch import Communicator
+
+    said = "watchdog: rank 3 channel 0 step 8 waited 10.00 s on r0.flag[1] (value 0, needed 32) in all-reduce/two-shot"
+    faulted = [False]
+    comm = Communicator.__new__(Communicator)
+    comm._closed, comm._failure, comm.rank = False, None, 1
+    comm.backend = SimpleNamespace(faulted=lambda: faulted[0])
+    comm._prepared = {"a": SimpleNamespace(runner=SimpleNamespace(failure=lambda: None)),
+                      "b": SimpleNamespace(runner=SimpleNamespace(failure=lambda: said))}
+    comm._raise_if_failed()  # nothing recorded: nothing raised, nothing read past the summary word
+    faulted[0] = True
+    for _ in range(2):
+        with pytest.raises(WatchdogTimeout, match=r"rank 1: an earlier call failed \(watchdog: rank 3 channel 0 step 8"):
+            comm.all_reduce(object())
+    faulted[0] = False  # a reset elsewhere does not make this communicator's peers consistent again
+    with pytest.raises(WatchdogTimeout, match="cannot run more calls: make a new one"):
+        comm.broadcast(object())

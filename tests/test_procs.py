@@ -397,18 +397,20 @@ def test_an_error_crosses_ranks_by_its_class_name():
     import pickle
 
     from purlin_bench.dist.errors import Cancelled, error_kind, error_of, kind_order
-    from purlin_bench.errors import CapacityError, ExecutionError, PlanError
+    from purlin_bench.errors import CallAborted, CapacityError, ExecutionError, PlanError
     from purlin_bench.program.validate import ProgramInvalid
 
-    for exc in (CapacityError("c"), ProgramInvalid("p"), Cancelled("x"), ExecutionError("e"), WatchdogTimeout("w")):
+    for exc in (CapacityError("c"), ProgramInvalid("p"), Cancelled("x"), ExecutionError("e"), WatchdogTimeout("w"), CallAborted("a")):
         kind = pickle.loads(pickle.dumps(error_kind(exc)))
         back = error_of(kind, "m")
-        kept = isinstance(exc, (CapacityError, Cancelled))
+        kept = isinstance(exc, (CapacityError, Cancelled, CallAborted))
         want = type(exc) if kept else PlanError if isinstance(exc, PlanError) else ExecutionError
         assert type(back) is want and str(back) == "m"
     assert type(error_of("NotAClassHere", "m")) is PlanError and type(error_of("PurlinError", "m")) is PlanError
     orders = [kind_order(error_kind(e)) for e in (ExecutionError("e"), CapacityError("c"), Cancelled("x"))]
     assert orders == sorted(set(orders))
+    # a call left because another rank's wait timed out is said after that timeout, as a cancellation is
+    assert kind_order(error_kind(CallAborted("a"))) == kind_order(error_kind(Cancelled("x"))) > kind_order(error_kind(WatchdogTimeout("w")))
 
 
 class _DeviceExchangingWorld:

@@ -39,7 +39,7 @@ from purlin_bench.dist import Group, RankEnv, channel, connect
 from purlin_bench.dist.errors import Cancelled, DistError, error_kind, error_of
 from purlin_bench.dist.liveness import silence_bound
 from purlin_bench.dist.shm import remove_run_dir, run_dir
-from purlin_bench.errors import ExecutionError, PlanError, PurlinError
+from purlin_bench.errors import CallAborted, ExecutionError, PlanError, PurlinError
 from purlin_bench.hardware import Fingerprint
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
@@ -196,9 +196,13 @@ class Driver(Backend):
             raise type(exc)(f"{exc}; rank 0 meanwhile: {failure}") from None
         except PurlinError as exc:
             only_refused = isinstance(failure, PlanError) and not isinstance(exc, (PlanError, Cancelled))
-            if isinstance(failure, Cancelled) or only_refused:
+            # A call rank 0 left because another rank's wait timed out says
+            # less than that rank's timeout, which names the flag.
+            only_aborted = isinstance(failure, CallAborted) and not isinstance(exc, (Cancelled, CallAborted))
+            if isinstance(failure, Cancelled) or only_refused or only_aborted:
                 raise  # rank 0 only stopped (or refused) where this rank failed: say that one
-        raise error_of(error_kind(failure) if isinstance(failure, PlanError) else None, f"rank 0: {failure}") from None
+        kind = error_kind(failure) if isinstance(failure, (PlanError, CallAborted)) else None
+        raise error_of(kind, f"rank 0: {failure}") from None
 
     def describe(self) -> str:
         return f"{self.part.describe()}; {self.procs.describe()}"

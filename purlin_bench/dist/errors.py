@@ -49,11 +49,13 @@ FAILED, REFUSED, CANCELLED = 0, 1, 2  # the order in which rank 0 says them
 
 def error_kind(exc: PurlinError) -> str | None:
     """What an answer carries of ``exc``'s class (None: a plain failure)."""
-    return type(exc).__name__ if isinstance(exc, (PlanError, Cancelled)) else None
+    return type(exc).__name__ if isinstance(exc, (PlanError, Cancelled, errors.CallAborted)) else None
 
 
 def kind_order(kind: str | None) -> int:
-    return FAILED if kind is None else CANCELLED if kind == "Cancelled" else REFUSED
+    # A call aborted because another wait timed out is a consequence, as a
+    # cancellation is: the rank whose wait timed out names the flag.
+    return FAILED if kind is None else CANCELLED if kind in ("Cancelled", "CallAborted") else REFUSED
 
 
 def error_of(kind: str | None, message: str) -> PurlinError:
@@ -63,5 +65,7 @@ def error_of(kind: str | None, message: str) -> PurlinError:
         return ExecutionError(message)
     if kind == "Cancelled":
         return Cancelled(message)
+    if kind == "CallAborted":
+        return errors.CallAborted(message)
     cls = getattr(errors, kind, PlanError)
     return cls(message) if isinstance(cls, type) and issubclass(cls, PlanError) else PlanError(message)

@@ -21,13 +21,14 @@ from purlin_bench.backends.cupy.compiled import BASE_ALIGN
 from purlin_bench.backends.cupy.lower import OP_REDUCE, Lowered, buffer_index, flag_id, lower
 from purlin_bench.backends.cupy.occupancy import blocks_per_sm, resident_share
 from purlin_bench.backends.cupy.settings import KernelSettings
+from purlin_bench.backends.cupy.status import TIMED_OUT
 from purlin_bench.backends.cupy.status import describe as describe_status
 from purlin_bench.backends.cupy.status import pool as status_pool
 from purlin_bench.backends.cupy.timing import Candidate
 from purlin_bench.backends.cupy.world import World
 from purlin_bench.config import Param
 from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import ExecutionError, WatchdogTimeout
+from purlin_bench.errors import CallAborted, ExecutionError, WatchdogTimeout
 from purlin_bench.program.model import FlagRef, Program, Ref
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -414,7 +415,7 @@ class CupyRunner:
         if said is not None:
             # Every rank resets and rank 0 clears the abort word (procs.py).
             self.reset()
-            raise WatchdogTimeout(said)
+            raise (WatchdogTimeout if said.startswith(TIMED_OUT) else CallAborted)(said)
 
     def reset(self) -> None:
         """Zero flags, epochs, status and abort after a timeout: the next call starts clean."""

@@ -111,12 +111,15 @@ def pool() -> StatusPool:
     return _pool[0]
 
 
+TIMED_OUT = "watchdog: rank "  # how describe() starts a timeout (an abort starts otherwise)
+
+
 def describe(words: np.ndarray, collective: str, strategy: str) -> str | None:
     """The error a launch's words record, or None."""
     if words[TIMEOUT]:
         flag_rank, flag_index = int(words[4]) >> 20, int(words[4]) & 0xFFFFF
         return (
-            f"watchdog: rank {words[1]} channel {words[2]} step {words[3]} waited "
+            f"{TIMED_OUT}{words[1]} channel {words[2]} step {words[3]} waited "
             f"{words[7] / 1e9:.2f} s on r{flag_rank}.flag[{flag_index}] (value {words[5]}, needed {words[6]}) "
             f"in {collective}/{strategy}; its notify never came"
         )

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from purlin_bench.backends.numpy.blocks import BlockSplitRunner, block_model
 from purlin_bench.backends.numpy.executor import Call, NumpyRunner
 from purlin_bench.backends.numpy.ranks import RankRunner
 from purlin_bench.backends.port import Backend, TimingPolicy, check_params, take_turns
@@ -58,6 +59,8 @@ class NumpyBackend(Backend):
     def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, procs: Any = None):
         super().__init__(ranks, gpus, seed, procs)
         self._prepared = 0
+        # The test mode that walks each list as the GPU's thread blocks do (blocks.py).
+        self.block_model = None if procs else block_model()
 
     @classmethod
     def available(cls) -> str | None:
@@ -66,7 +69,8 @@ class NumpyBackend(Backend):
     def describe(self) -> str:
         if self.procs:
             return f"numpy CPU reference, {self.ranks} ranks in shared memory"
-        return f"numpy CPU reference, {self.ranks} simulated ranks"
+        split = f", each list split over {self.block_model[0]} blocks of {self.block_model[1]} threads" if self.block_model else ""
+        return f"numpy CPU reference, {self.ranks} simulated ranks{split}"
 
     def fingerprint(self) -> Fingerprint:
         model = cpu_model()
@@ -106,6 +110,8 @@ class NumpyBackend(Backend):
         if self.procs:
             self._prepared += 1  # the same count on every rank: the shared files' names
             return RankRunner(program, self.procs, sets, tag=f"p{self._prepared}")
+        if self.block_model:
+            return BlockSplitRunner(program, self.seed, sets, *self.block_model)
         return NumpyRunner(program, self.seed, sets)
 
     def reference(self, runner: Any, inst: Instance, inputs: Sequence[np.ndarray]) -> HostReference:
