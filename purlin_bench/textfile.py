@@ -153,14 +153,20 @@ def depth(data: Any, cap: int) -> int:
 
 
 def is_stream(path: str | Path) -> bool:
-    """True when ``path`` is a character device or a FIFO: written once as a
-    stream, never rewritten in place (a bench rewrites its regular-file
-    results after every row; a reader of a pipe would get them N times)."""
+    """True when ``path`` is a character device or a FIFO, or an existing
+    name under /dev or /proc (``/dev/stdout`` redirected to a file): written
+    once as a stream, appended to, never replaced (renaming over
+    /dev/stdout would swap the shell's file for ours, and as root leave a
+    regular file in /dev). Never rewritten in place either: a bench rewrites
+    its regular-file results after every row, a pipe's reader would get
+    them N times."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
         return False
-    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return True
+    return stat.S_ISREG(mode) and os.path.abspath(path).startswith(("/dev/", "/proc/"))
 
 
 def output_refusal(path: str | Path) -> str | None:
@@ -253,7 +259,8 @@ def _stream(path: Path, fill: Callable[[IO[bytes]], Any]) -> None:
     try:
         # O_NONBLOCK for the open only: a FIFO nobody reads is an error now
         # (ENXIO), not a wait forever.
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        # O_APPEND: /dev/stdout may be the shell's file, which holds output already.
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         why = "a FIFO nobody reads" if exc.errno == errno.ENXIO else exc.strerror or str(exc)
         raise WriteError(f"{path}: cannot write: {why}") from None

@@ -79,7 +79,7 @@ def test_a_description_with_terminal_escapes_is_refused(capsys, tmp_path):
                     "input:\n - chunk: c\noutput:\n - chunk: c\n")
     code, out, err = purlin(capsys, "list", "--spec", path)
     assert code == 2 and out == "" and "\x1b" not in err
-    assert "control character '\\x1b'" in err
+    assert "unprintable character '\\x1b'" in err
 
 
 # -- class 11: rows above a transient bar, nothing left over ------------------------------

@@ -251,3 +251,22 @@ def test_the_header_escapes_every_comment_field_and_range_checks_numbers(plan_da
     big = replace(entry, config=replace(entry.config, plan_params=(("channels", 1 << 40),)))
     with pytest.raises(ExportError, match="does not fit the header's int32_t"):
         header(replace(plan, entries=(big, *plan.entries[1:])), "p.json")
+
+
+def test_json_to_dev_stdout_redirected_to_a_file_appends_once(tmp_path):
+    """/dev/stdout names the shell's file: the JSON is appended to it, once,
+    after the table, not renamed over it (which dropped the table, and as
+    root made a regular file in /dev)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out.txt"
+    with open(out, "w") as handle:
+        proc = subprocess.run([sys.executable, "-c", "from purlin_bench.cli.main import run; run()", *BENCH,
+                               "--format", "nccl-tests", "--json", "/dev/stdout"], stdout=handle,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert text.startswith("# purlin bench") and text.count('"schema"') == 1
+    assert json.loads(text[text.index("{"):])["complete"] is True
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]

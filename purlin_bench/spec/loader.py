@@ -315,7 +315,7 @@ def _description(source: str, value: Any) -> str:
         raise _fail(source, "description", f"{len(text)} characters (at most {MAX_DESCRIPTION})")
     bad = next((ch for ch in text if not ch.isprintable()), None)
     if bad is not None:
-        raise _fail(source, "description", f"holds the control character {bad!r} (a terminal would act on it)")
+        raise _fail(source, "description", f"holds the unprintable character {bad!r} (a terminal acts on controls)")
     return text
 
 
