@@ -195,7 +195,7 @@ __device__ __forceinline__ void jitter(u64 epoch, int step, int where) {
 
 // A program with no reduction runs a kernel built without the reduce code
 // (PURLIN_COPY_ONLY=1): 72-95 registers instead of the cap of 128, and
-// small copies 1-5% faster on the H200 (docs/perf/survey/kernel-ab.log).
+// small copies 1-5% faster on the H200 (docs/decisions.md, D10).
 #ifndef PURLIN_COPY_ONLY
 #define PURLIN_COPY_ONLY 0
 #endif

@@ -2,7 +2,7 @@
 spec's dataflow alone (never its name). Tuned plans must beat this.
 
 The rules come from the first H200 sweep of every strategy over 8 virtual
-ranks (docs/performance.md, "strategy survey"):
+ranks (docs/decisions.md, D7):
 
 * A reduction whose flows each have one consumer, with at least one flow per
   rank (reduce-scatter), is already spread over the ranks: ``direct``, each
@@ -21,7 +21,7 @@ ranks (docs/performance.md, "strategy survey"):
   9 us for a small all-gather; 86% of the floor at 256 MiB).
 
 The datapath parameters come from the later datapath survey
-(docs/performance.md, "How the defaults got here") and live with each
+(docs/decisions.md, D1-D6) and live with each
 backend (Backend.default_config): this module chooses strategies only.
 """
 

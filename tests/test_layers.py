@@ -164,11 +164,6 @@ def test_the_path_check_sees_paths_and_globs():
     assert REPO_PATH.findall("see docs/perf/issue16/build-time.log, and atoms/snac.cu.") == ["docs/perf/issue16/build-time.log", "atoms/snac.cu."]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="comments in purlin_bench/backends/cupy/{__init__,compiled,executor}.py still name docs/perf/ and scripts/ "
-    "paths that moved to lab/ (issue 28); their owner repoints them to docs/decisions.md ids",
-)
 def test_every_path_the_package_names_exists_and_is_not_the_lab():
     """A comment or docstring that names a file names one that exists, and
     never the lab: code cites a decision id (docs/decisions.md), not a log."""

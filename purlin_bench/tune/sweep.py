@@ -74,7 +74,7 @@ class Bucket:
         has a top, the largest power of two in it and the (power-of-two)
         geometric middle. A winner at the lower edge alone can lose all the
         way up: direct over 4 channels won 1.11x at 8 B and lost 0.75x from
-        16 B to 4 KiB (docs/performance.md, "Tuned plans")."""
+        16 B to 4 KiB (docs/decisions.md, D17)."""
         low = self.min_bytes
         if self.max_bytes is None or low < 1:
             return (low,)

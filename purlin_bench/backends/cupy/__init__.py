@@ -24,13 +24,13 @@ from purlin_bench.spec.instance import Instance
 from purlin_bench.timing import Timing
 
 # Copy engines beat the SM copy loop once every flow is this large (H200,
-# docs/perf/survey: with 2 MiB flows they ran at 0.8-1.0x the speed of SM
+# docs/decisions.md, D5: with 2 MiB flows they ran at 0.8-1.0x the speed of SM
 # unroll=4; with 8 MiB flows 1.1-1.2x SM unroll=2; with 32 MiB and up at
 # 99-102% of the floor against SM unroll=4's 96%).
 CE_MIN_FLOW_BYTES = 4 << 20
 # The compiled datapath up to this many bytes in any rank's buffer of a
 # fused launch, at 128 threads a block up to COMPILED_SMALL_BYTES. On the
-# H200 (8 virtual ranks, docs/perf/issue16/): 1.55-2.23x faster than the
+# H200 (8 virtual ranks, docs/decisions.md, D12-D13): 1.55-2.23x faster than the
 # interpreter at 8 B-32 KiB, and 128 threads took 64 KiB from 1.5-3.1 us to
 # 1.4-1.9 us (within 3% of 512 up to 4 KiB; at 1 MiB the reductions ran
 # 4-7% slower at 128). From 256 KiB to 64 MiB, at 512 threads, it beat the

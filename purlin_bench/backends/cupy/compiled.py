@@ -11,7 +11,7 @@ vector split is a constant and no thread sets anything up for the others;
 a block barrier is left only where one orders something. On the H200 this
 ran 1.19x faster (geometric mean, 8 B-1 MiB) than the first version, which
 worked the split out per op in thread 0 as the interpreter does
-(docs/perf/issue16/device-2/compiled-ab.log). The data movement, the flags
+(docs/decisions.md, D14). The data movement, the flags
 and the watchdog are the interpreter's own functions: the generated kernel
 is appended to snac.cu's primitives, so both datapaths move bytes, order
 flags and report timeouts the same way, element for element.
@@ -36,7 +36,7 @@ KERNEL = "purlin_compiled"
 # What one compiled launch may hold, weighed as its build grows: each op is
 # straight-line code whose size follows its operands (an 8-source reduce is
 # nine slices' loads and stores) and its flags. nvcc -arch=sm_90 by weight
-# (scripts/build_time.py, docs/perf/issue16/build-time.log, 2 cores): 72-128
+# (docs/decisions.md, D15; 2 cores): 72-128
 # (8 reductions, or 64 copies) 0.45-0.77 s, 512 (a ring of 120 ops) 2.9 s,
 # 1024 (240 ops) 9.4 s, 2048 (480 ops) 25 s, 2304 (256 reductions of 8
 # sources) 65 s, 3152 (a ring reduce-scatter of 736 ops) 97-124 s; NVRTC on
@@ -280,7 +280,7 @@ def generate(
     """The CUDA C++ of one launch: ``lowered`` must carry flag ids
     (``lower(..., flag_address=flag_id)``) where the interpreter has addresses,
     and ``layout`` says where its slice bases lie. ``max_weight`` None
-    generates past the build bound (scripts/build_time.py times those builds).
+    generates past the build bound (to time those builds: D15).
     ``jitter`` adds the test mode's delays (built only with PURLIN_JITTER_NS).
     """
     weight = build_weight(lowered)

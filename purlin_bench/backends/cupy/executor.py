@@ -56,7 +56,7 @@ def useful_blocks(lowered: Sequence[Lowered], itemsize: int, threads: int) -> in
     waits, and adds its share to every notify flag (each flag counts all of a
     group's blocks). Tuned configurations of 16-32 blocks at <= 64 KiB ran
     1.04-1.2x faster capped, and some that could not fit at once run now
-    (docs/perf/survey/blocks-ab.log)."""
+    (docs/decisions.md, D11)."""
     largest = max((int(low.ops["count"].max()) for low in lowered if len(low.ops)), default=0)
     return max(1, -(-largest * itemsize // (threads * 16)))
 
@@ -74,7 +74,7 @@ def group_blocks(requested: int, auto: int, useful: int, cap_blocks: bool = True
     at the larger of what the data can use and the automatic count. That
     automatic count is not cut to the data: the few idle blocks it leaves in
     64-256 KiB reductions measured 1-4% faster than none
-    (docs/perf/survey/blocks-ab.log)."""
+    (docs/decisions.md, D11)."""
     if not requested:
         return auto
     return min(requested, max(auto, useful)) if cap_blocks else min(requested, MAX_BLOCKS)
