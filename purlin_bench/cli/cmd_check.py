@@ -190,8 +190,8 @@ def check(
     if why:
         note(why)
     start = time.perf_counter()
-    outcomes = _run_all(items, m.Runner(chosen, seed, devices, exec_params),
-                        show_progress=not as_json and err_console.is_terminal)
+    runner = m.Runner(chosen, seed, devices, exec_params)
+    outcomes = _run_all(items, runner, show_progress=not as_json and err_console.is_terminal)
     totals = summary(outcomes, time.perf_counter() - start, chosen.name)
     if as_json:
         print(json.dumps({"results": [o.to_dict() for o in outcomes], "summary": totals}, indent=2))
@@ -206,6 +206,10 @@ def check(
             f"{totals['not_applicable']} n/a; {totals['seconds']:.1f} s on {chosen.name}",
             highlight=False,
         )
+        # Where the ranks ran, as bench's header says it: with processes on
+        # one GPU, whether they ran concurrently (MPS) or time-sliced.
+        for service in runner.services.values():
+            console.print(f"# on {service.backend.describe()}", highlight=False, markup=False)
     if totals["failed"] or totals["errors"]:
         raise typer.Exit(1)
 
