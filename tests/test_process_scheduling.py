@@ -176,3 +176,22 @@ def test_a_failed_call_makes_every_later_call_of_the_communicator_raise():
     faulted[0] = False  # a reset elsewhere does not make this communicator's peers consistent again
     with pytest.raises(WatchdogTimeout, match="cannot run more calls: make a new one"):
         comm.broadcast(object())
+
+
+@pytest.mark.timeout(60)
+def test_mps_flag_serves_the_ranks_the_launcher_starts_and_stops_after(fake_control, tmp_path):
+    """`--procs 2 --mps`: the ranks run with the private daemon's pipe folder
+    in their environment (their header says concurrent), and it quits after."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PATH": f"{fake_control.parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": root}
+    env.pop("CUDA_MPS_PIPE_DIRECTORY", None)
+    cmd = [sys.executable, "-m", "purlin_bench", "check", "all-gather", "--procs", "2", "--mps", "--backend", "numpy",
+           "--count", "5", "--strategy", "direct"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=50, cwd=root)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (tmp_path / "log").read_text() == "quit\n"
+    assert "Traceback" not in done.stderr
+    refused = subprocess.run(cmd[:4] + ["--mps", "--backend", "numpy"], env=env, capture_output=True, text=True, timeout=30)
+    assert refused.returncode != 0 and "--mps runs the ranks of --procs" in refused.stderr
