@@ -442,8 +442,8 @@ def test_the_gpu_world_is_made_on_every_rank_when_the_run_opens(tmp_path, monkey
     worker.start()
     driver = procs_mod.drive(CupyBackend, procs[0])
     assert driver.copy_bandwidth() == ("measured on", (0, 0))
-    # two ranks on one GPU: no NCCL, and a reason for a user who asks for it
-    assert driver.baselines() == () and "NCCL refuses two ranks on one GPU" in driver.refused_baselines()["nccl"]
+    # two ranks on one GPU: no NCCL (a reason for a user who asks for it), the one-kernel IPC baseline
+    assert driver.baselines() == ("ipc",) and "NCCL refuses two ranks on one GPU" in driver.refused_baselines()["nccl"]
     procs_mod._send(procs[0], ("exit",))
     worker.join(10)
     assert codes == [0]

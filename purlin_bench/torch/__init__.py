@@ -76,6 +76,7 @@ class Communicator:
         self._specs: dict[str, Any] = {}
         self._closed = False
         self._failure: str | None = None  # set once a call failed: every later call raises it
+        self._streams: dict[int, Any] = {}  # torch stream handle -> its CuPy view
         cls = gpu_backend()  # before any rank waits on another: every rank fails alike here
         self.group, self._server = join_group(tdist, group, self.rank, self.size, self.timeout_s)
         try:
@@ -273,7 +274,9 @@ class Communicator:
 
         rt = cupy.cuda.runtime
         s = stream.cuda_stream
-        ext = cupy.cuda.ExternalStream(s, self.device)
+        ext = self._streams.get(s)
+        if ext is None:  # one CuPy view a torch stream, not one a call
+            ext = self._streams[s] = cupy.cuda.ExternalStream(s, self.device)
         # The input and output buffers are shared with the peers. Within a
         # call the program's flags order every access: a peer touches my
         # buffers only after my kernel's "ready" notify (after this copy-in,

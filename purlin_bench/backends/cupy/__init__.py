@@ -206,7 +206,9 @@ class CupyBackend(Backend):
 
     def baselines(self) -> tuple[str, ...]:
         if self.procs is not None:
-            return () if self.world.shared_gpu else ("nccl",)
+            # NCCL where it runs (a GPU a rank); the one-kernel-per-process
+            # IPC collective a user would write everywhere (ipc_baseline.py).
+            return ("ipc",) if self.world.shared_gpu else ("nccl", "ipc")
         if not self.fused:
             return ("nccl",)
         # The strongest first: the shortest torch code beats the op-per-rank CuPy code.
@@ -221,6 +223,12 @@ class CupyBackend(Backend):
         from purlin_bench.backends.cupy.nccl import NcclBaseline
         from purlin_bench.backends.cupy.timing import Candidate
 
+        if name == "ipc":
+            from purlin_bench.backends.cupy.ipc_baseline import IpcBaseline
+
+            ipc = IpcBaseline(inst, runner, self.timeout_s)
+            ipc.check(inst)
+            return Candidate(lambda target, i: ipc(target, i % runner.sets), runner.main_stream(), ipc.settle)
         if name != "nccl":
             super().rank_baseline(runner, inst, name)
         nccl = NcclBaseline(inst, runner, runner.program.dtype, runner.program.redop, group=self.procs.group)

@@ -170,6 +170,11 @@ class CupyRunner:
             launch.args = [tuple(np.uint64(b["host"][int(n[1:])]) if n[0] == "b" else flags[int(n[1:])] for n in launch.params) for b in self.bases]
         self.ce_streams = {}
         self._main_stream = None
+        for launch in self.launches:
+            launch.arg_cache = {}
+        # One kernel on the world's first device and no copy-engine stage.
+        self._single = (len(self.launches) == 1 and self.launches[0].device == self.world.devices[0]
+                        and not self.launches[0].lowered.ce_copies and bool(self.launches[0].grid))
 
     # -- setup ---------------------------------------------------------------
     def kernel(self, device: int):
@@ -338,15 +343,40 @@ class CupyRunner:
                 self.ce_streams[rank] = cupy.cuda.Stream(non_blocking=True)
         return self.ce_streams[rank]
 
+    def _kernel_args(self, launch: _Launch, slot: int) -> tuple:
+        """A launch's arguments for buffer set ``slot``, made once: a serving
+        stack calls every step, and building them cost host time each call."""
+        cached = launch.arg_cache.get(slot)
+        if cached is None:
+            if launch.compiled:
+                cached = (*launch.args[slot], launch.epochs, launch.status, self.abort, np.uint64(self.timeout_ns))
+            else:
+                cached = (
+                    launch.ops, launch.groups, self.bases[slot][launch.device], launch.epochs, launch.status, self.abort,
+                    np.uint64(self.timeout_ns), np.int32(self.blocks), np.int32(3 * self.program.ranks),
+                )
+            launch.arg_cache[slot] = cached
+        return cached
+
     def launch(self, stream, slot: int = 0) -> None:
         """Enqueue one call on ``stream`` (capturable into a CUDA graph):
         copy-engine stages on per-rank side streams, then the kernel(s)."""
         import cupy
 
+        if self._single:
+            # One kernel on the caller's stream, nothing to fork or join:
+            # the path every call of a process's rank takes.
+            launch = self.launches[0]
+            args = self._kernel_args(launch, slot)
+            if cupy.cuda.runtime.getDevice() == launch.device:
+                launch.kernel.kernel((launch.grid,), (self.threads,), args, stream=stream, enable_cooperative_groups=launch.cooperative)
+            else:
+                with cupy.cuda.Device(launch.device):
+                    launch.kernel.kernel((launch.grid,), (self.threads,), args, stream=stream, enable_cooperative_groups=launch.cooperative)
+            return
         start = cupy.cuda.Event(disable_timing=True)
         start.record(stream)
         joins = []
-        table = self.bases[slot]
         for launch in self.launches:
             for copy in launch.lowered.ce_copies:
                 side = self._side_stream(copy.rank)
@@ -365,13 +395,7 @@ class CupyRunner:
             target = stream if single else launch.stream
             if not single:
                 target.wait_event(start)
-            if launch.compiled:
-                args = (*launch.args[slot], launch.epochs, launch.status, self.abort, np.uint64(self.timeout_ns))
-            else:
-                args = (
-                    launch.ops, launch.groups, table[launch.device], launch.epochs, launch.status, self.abort,
-                    np.uint64(self.timeout_ns), np.int32(self.blocks), np.int32(3 * self.program.ranks),
-                )
+            args = self._kernel_args(launch, slot)
             with cupy.cuda.Device(launch.device):
                 # The module's function, not RawKernel's call: the cooperative
                 # flag is chosen per launch there (CuPy fixes it per RawKernel).
