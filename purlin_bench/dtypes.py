@@ -1,7 +1,10 @@
 """Element types, reductions in high precision, and how results are compared.
 
-bfloat16 comes from ``ml_dtypes`` (the same type JAX uses), so NumPy arrays of
-it behave like any other dtype on the CPU.
+bfloat16 and the fp8 types (float8_e4m3fn, float8_e5m2: what MoE dispatch
+moves) come from ``ml_dtypes`` (the types JAX uses), so NumPy arrays of them
+behave like any other dtype on the CPU. Copies move their bytes; reductions of
+fp8 accumulate in float32 and round once to fp8 (:func:`accumulate`), as the
+GPU datapath will.
 """
 
 from __future__ import annotations
@@ -19,9 +22,14 @@ DTYPES: dict[str, np.dtype] = {
     "float16": np.dtype(np.float16),
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
     "int32": np.dtype(np.int32),
+    "float8_e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "float8_e5m2": np.dtype(ml_dtypes.float8_e5m2),
 }
+# The fp8 types: one byte, reduced through float32 (accumulate).
+FP8 = ("float8_e4m3fn", "float8_e5m2")
 # nccl-tests' short names, accepted on the command line.
-ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16", "int": "int32", "f32": "float32", "f16": "float16", "f64": "float64", "i32": "int32"}
+ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16", "int": "int32", "f32": "float32", "f16": "float16", "f64": "float64", "i32": "int32",
+           "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "fp8": "float8_e4m3fn"}
 REDOPS = ("sum", "prod", "max", "min")
 
 
@@ -36,12 +44,26 @@ def is_integer(dtype: np.dtype) -> bool:
     return np.issubdtype(dtype, np.integer)
 
 
+def is_fp8(dtype: np.dtype) -> bool:
+    return any(dtype == DTYPES[name] for name in FP8)
+
+
+def _wide(dtype: np.dtype) -> type:
+    """What a reduction accumulates in: int64 for integers (wrapping as the
+    device's int32 does once cast back), float32 for fp8 (as the datapath
+    will: one float32 sum, rounded to fp8 once), float64 for the rest."""
+    if is_integer(dtype):
+        return np.int64
+    return np.float32 if is_fp8(dtype) else np.float64
+
+
 def accumulate(parts: Sequence[np.ndarray], redop: str) -> np.ndarray:
-    """Reduce ``parts`` elementwise in float64 (int64 for integers).
+    """Reduce ``parts`` elementwise in float64 (int64 for integers, float32
+    for fp8: the caller rounds the float32 result to fp8 once).
 
     Integer sums and products wrap like the device's int32 arithmetic once cast
     back: int64 wraps modulo 2**64, which preserves the value modulo 2**32."""
-    wide = np.int64 if is_integer(parts[0].dtype) else np.float64
+    wide = _wide(parts[0].dtype)
     acc = parts[0].astype(wide)
     with np.errstate(over="ignore"):
         for part in parts[1:]:
