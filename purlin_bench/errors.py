@@ -38,3 +38,8 @@ class CallAborted(WatchdogTimeout):
     """This rank's call left because another wait (another rank's, maybe)
     timed out: a consequence. Said after the timeout that caused it, which
     names rank, step and flag."""
+
+
+class CountsError(PurlinError):
+    """Per-call counts of a variable-length collective that do not fit what
+    they are given to (the spec's chunks, the program's capacity, the buffers)."""

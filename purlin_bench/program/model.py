@@ -16,6 +16,18 @@ A step is one of:
 Every flag is bumped by exactly one Notify per call; executors keep flags as
 epoch counters, so a program runs again with no reset. Slices are in elements
 of the program's dtype.
+
+**Variable sizes** (all-to-all-v and kin, ``count: variable`` specs): such a
+program is built once for a capacity and serves every call whatever its
+per-call counts ``n`` (one per chunk name, ``Program.count_names``, each at
+most ``Program.count_caps``). Its refs give offset and count *as at capacity*
+(every ``n[k] == count_caps[k]``), plus what moves with the counts: at run
+time a ref starts at ``offset + sum(n[b] - count_caps[b] for b in base)`` and
+moves ``clamp(n[var] - at, 0, count)`` elements, i.e. the part of its window
+``[at, at + count)`` of chunk ``var`` that this call's chunk holds. A slice
+past a chunk's count moves nothing; steps and flags never depend on the
+counts (program/variable.py resolves refs; validate.py proves the program for
+every count vector).
 """
 
 from __future__ import annotations
@@ -26,7 +38,13 @@ from typing import Any, Iterator, Union
 
 from purlin_bench.errors import PlanError
 
-SCHEMA_VERSION = 1
+# The newest program schema this reader understands. Programs with variable
+# sizes are written as schema 2 (refs carry the symbolic part), so an older
+# reader says "upgrade" instead of misreading them; fixed-size programs stay
+# schema 1, byte for byte as before.
+FIXED_SCHEMA = 1
+VARIABLE_SCHEMA = 2
+SCHEMA_VERSION = VARIABLE_SCHEMA
 BUFFERS = ("in", "out", "scratch")
 ROLES = ("ready", "data", "done")
 CONSUME_OPS = ("copy", "reduce", "wait")
@@ -34,15 +52,42 @@ CONSUME_OPS = ("copy", "reduce", "wait")
 
 @dataclass(frozen=True)
 class Ref:
-    """``count`` elements at ``offset`` of buffer ``buf`` of rank ``rank``."""
+    """``count`` elements at ``offset`` of buffer ``buf`` of rank ``rank``.
+
+    In a variable-size program (see the module doc) offset and count are the
+    capacity's; ``base`` lists the per-call counts whose chunks precede this
+    one in its buffer (the offset moves with them) and ``var`` the count that
+    clips the window ``[at, at + count)`` (None: a fixed size)."""
 
     rank: int
     buf: str
     offset: int
     count: int
+    base: tuple[int, ...] = ()
+    var: int | None = None
+    at: int = 0
+
+    @property
+    def symbolic(self) -> bool:
+        return self.var is not None or bool(self.base)
 
     def text(self) -> str:
+        if self.symbolic:
+            return f"r{self.rank}.{self.buf}[{self.offset}:{self.offset + self.count}]{sym_text(self)}"
         return f"r{self.rank}.{self.buf}[{self.offset}:{self.offset + self.count}]"
+
+
+def sym_text(ref: Ref) -> str:
+    """What moves with the counts, after the capacity's slice in error
+    messages: ``{after n0,n1; n5[128:384]}`` is a slice placed after the
+    chunks of counts 0 and 1 that holds what of count 5's window [128, 384)
+    the call's n5 covers."""
+    parts = []
+    if ref.base:
+        parts.append("after " + ",".join(f"n{b}" for b in ref.base))
+    if ref.var is not None:
+        parts.append(f"n{ref.var}[{ref.at}:{ref.at + ref.count}]")
+    return "{" + "; ".join(parts) + "}"
 
 
 @dataclass(frozen=True)
@@ -111,7 +156,17 @@ class Program:
     # one (out when sizes tie) at this offset; None out of place.
     inplace_offsets: tuple[int, ...] | None
     lists: tuple[tuple[tuple[Step, ...], ...], ...]  # [rank][channel] -> steps
-    schema: int = SCHEMA_VERSION
+    schema: int = FIXED_SCHEMA
+    # Variable sizes (module doc): the per-call counts, by chunk name, and the
+    # most each may be (the capacity the buffers and slices are built for).
+    # Both empty for a fixed-size program.
+    count_names: tuple[str, ...] = ()
+    count_caps: tuple[int, ...] = ()
+
+    @property
+    def variable(self) -> bool:
+        """Whether its sizes come with each call (a counts vector)."""
+        return bool(self.count_caps)
 
     @property
     def channels(self) -> int:
@@ -162,6 +217,7 @@ class Program:
             "flag_counts": list(self.flag_counts),
             "inplace_offsets": None if self.inplace_offsets is None else list(self.inplace_offsets),
             "lists": [[[_step_to_dict(s) for s in steps] for steps in chans] for chans in self.lists],
+            **({"count_names": list(self.count_names), "count_caps": list(self.count_caps)} if self.variable else {}),
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -172,7 +228,8 @@ class Program:
         try:
             schema = int(data["schema"])
             if schema > SCHEMA_VERSION:
-                raise PlanError(f"program schema {schema} is newer than this purlin-bench understands ({SCHEMA_VERSION}); upgrade purlin-bench")
+                raise PlanError(f"program schema {schema} is newer than this purlin-bench understands "
+                                f"({SCHEMA_VERSION}); upgrade purlin-bench")
             offsets = data["inplace_offsets"]
             return Program(
                 collective=str(data["collective"]),
@@ -191,6 +248,8 @@ class Program:
                 inplace_offsets=None if offsets is None else tuple(int(x) for x in offsets),
                 lists=tuple(tuple(tuple(_step_from_dict(s) for s in steps) for steps in chans) for chans in data["lists"]),
                 schema=schema,
+                count_names=tuple(str(x) for x in data.get("count_names", ())),
+                count_caps=tuple(int(x) for x in data.get("count_caps", ())),
             )
         except PlanError:
             raise
@@ -199,14 +258,20 @@ class Program:
 
 
 def _ref_to_list(ref: Ref) -> list:
+    if ref.symbolic:  # only variable programs: fixed ones are written as before
+        return [ref.rank, ref.buf, ref.offset, ref.count, list(ref.base), ref.var, ref.at]
     return [ref.rank, ref.buf, ref.offset, ref.count]
 
 
 def _ref_from_list(raw: list) -> Ref:
-    rank, buf, offset, count = raw
+    if len(raw) == 7:
+        rank, buf, offset, count, base, var, at = raw
+        sym = {"base": tuple(int(b) for b in base), "var": None if var is None else int(var), "at": int(at)}
+    else:
+        (rank, buf, offset, count), sym = raw, {}
     if buf not in BUFFERS:
         raise ValueError(f"unknown buffer {buf!r}")
-    return Ref(int(rank), str(buf), int(offset), int(count))
+    return Ref(int(rank), str(buf), int(offset), int(count), **sym)
 
 
 def _step_to_dict(step: Step) -> dict[str, Any]:

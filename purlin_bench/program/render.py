@@ -11,7 +11,11 @@ Conventions in the rendered text:
   ``rK.buf[lo:hi)`` on rank K, so every remote access is visible at a glance;
 * a flag is ``rK.flag[i]``: word ``i`` of rank K (only rank K waits on it);
 * the role of a waited flag is the role of the Notify that bumps it, so a
-  Consume shows what it waits for (``ready``, ``data`` or ``done``).
+  Consume shows what it waits for (``ready``, ``data`` or ``done``);
+* in a variable-size program a slice whose place and length come from the
+  call's counts ``n0, n1, ...`` is ``buf[n0+n1+512:+n2[512:1024])``: it starts
+  512 elements into the chunk that follows those of n0 and n1, and holds what
+  of count 2's window [512, 1024) the call's n2 covers.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from rich.text import Text
 
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step, StepId
+from purlin_bench.program.variable import runtime_text
 
 COLUMNS = ("#", "kind", "action", "peer", "reads", "writes", "flag", "role")
 
@@ -86,9 +91,12 @@ class Summary:
     per_rank: tuple[RankTraffic, ...]
 
 
-def slice_text(ref: Ref, here: int) -> str:
-    """``in[0:128)`` on rank ``here``, ``r3.in[0:128)`` elsewhere."""
+def slice_text(ref: Ref, here: int, caps: tuple[int, ...] = ()) -> str:
+    """``in[0:128)`` on rank ``here``, ``r3.in[0:128)`` elsewhere (``caps``:
+    a variable-size program's capacities, for its symbolic slices)."""
     where = "" if ref.rank == here else f"r{ref.rank}."
+    if ref.symbolic:
+        return f"{where}{ref.buf}[{runtime_text(ref, caps)})"
     return f"{where}{ref.buf}[{ref.offset}:{ref.offset + ref.count})"
 
 
@@ -118,7 +126,7 @@ def _action(step: Step, here: int) -> str:
     return f"{step.op} ({', '.join(ways)})" if ways else step.op
 
 
-def step_row(step: Step, sid: StepId, who: dict[FlagRef, tuple[StepId, Notify]]) -> StepRow:
+def step_row(step: Step, sid: StepId, who: dict[FlagRef, tuple[StepId, Notify]], caps: tuple[int, ...] = ()) -> StepRow:
     """The row of one step; ``who`` is :func:`notifiers` of its program."""
     here = sid.rank
     reads, writes = _reads_writes(step)
@@ -147,8 +155,8 @@ def step_row(step: Step, sid: StepId, who: dict[FlagRef, tuple[StepId, Notify]])
         kind=type(step).__name__,
         action=_action(step, here),
         peers=tuple(sorted(peers)),
-        reads=tuple(slice_text(r, here) for r in reads),
-        writes=tuple(slice_text(w, here) for w in writes),
+        reads=tuple(slice_text(r, here, caps) for r in reads),
+        writes=tuple(slice_text(w, here, caps) for w in writes),
         flags=flags,
         role=role,
     )
@@ -158,7 +166,7 @@ def rows(program: Program, rank: int, channel: int) -> list[StepRow]:
     """Rows of one (rank, channel) list, in program order."""
     who = notifiers(program)
     steps = program.lists[rank][channel]
-    return [step_row(step, StepId(rank, channel, i), who) for i, step in enumerate(steps)]
+    return [step_row(step, StepId(rank, channel, i), who, program.count_caps) for i, step in enumerate(steps)]
 
 
 def summarize(program: Program) -> Summary:
@@ -213,7 +221,8 @@ def header(program: Program) -> str:
     parts = [
         f"{program.collective} / {program.strategy}",
         f"{program.ranks} ranks",
-        f"count {program.count} {program.dtype}",
+        f"count {program.count} {program.dtype}" if not program.variable
+        else f"counts per call, each at most {program.count} {program.dtype}",
     ]
     if program.redop:
         parts.append(f"reduce {program.redop}")
@@ -230,7 +239,13 @@ def summary_lines(program: Program, summary: Summary | None = None) -> list[str]
     buffers = ", ".join(
         f"r{r}: in {program.in_counts[r]} out {program.out_counts[r]}" for r in range(program.ranks)
     )
-    return [
+    counts = []
+    if program.variable:
+        # What n0, n1, ... in the slices below are: one per chunk name.
+        names = ", ".join(f"n{k} = {name}" for k, name in enumerate(program.count_names))
+        counts = [f"counts (given per call, each 0..{max(program.count_caps)}): {names}",
+                  "sizes below: slices as the counts place and clip them (model.py); steps and flags never change"]
+    return counts + [
         f"steps: {s.steps} ({s.stages} stage, {s.notifies} notify, {s.consumes} consume) over {program.ranks} ranks x {s.channels} channel(s)",
         f"flags: {s.flags} (each bumped once per call; epoch counters, no reset)",
         f"scratch: {s.scratch_elems} elements per rank ({human_bytes(s.scratch_bytes)})",

@@ -14,6 +14,31 @@ Checks, in order:
    (a step of it happens before) and before it leaves (a step of it happens after).
 4. **Content**: symbolic execution gives, for every output element, the set of
    input elements it holds; it must be exactly what the spec's dataflow says.
+
+A **variable-size** program (program/model.py) is proved for every count
+vector at once. Its steps and flags do not depend on the counts, so 2 and 3's
+order is the same at all of them; what changes is how much of each slice
+moves. The checks that make one run at capacity (every count at its most)
+stand for all of them:
+
+* every ref lies in its buffer at every count (its window inside its
+  chunk's capacity, its start never before 0), every slice of a data step is
+  clipped by the same count and window, so a step moves the same elements
+  from every source to every destination, whatever the counts;
+* a slice of ``in`` or ``out`` sits where the spec puts its chunk at every
+  count: after exactly the chunks that precede it in that buffer, at its
+  position in the chunk (so the capacity run's chunk coordinates are the
+  packed layout of any call);
+* every element carries a tag, (chunk, position), stamped by whoever wrote
+  it; a read must find the tag its own window expects, so a value only ever
+  flows between slices clipped alike.
+
+Then a call with counts ``n`` runs the capacity run's steps, each restricted
+to the elements at positions below its chunk's ``n``: a subset of accesses
+(race freedom and the ready/done windows hold for subsets), where every read
+element was written by the same writer as at capacity (its writer is clipped
+alike, by the tags), so every output element of the call holds what it held at
+capacity, which 4 proves is the spec's.
 """
 
 from __future__ import annotations
@@ -27,6 +52,7 @@ import numpy as np
 from purlin_bench.errors import DeadlockError, PlanError
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step, StepId
 from purlin_bench.program.schedule import Walk
+from purlin_bench.program.variable import ref_problem, step_clip_problem
 from purlin_bench.spec.instance import Instance, key_text
 
 # A symbolic value: the multiset of input elements reduced into an element,
@@ -46,6 +72,9 @@ class _Segment:
     term: Term | None  # None: garbage (never written this call)
     writer: int  # global step number of the last write, -1 for "before the call"
     readers: list[int]
+    # Variable sizes: (count index, shift): position x holds chunk position
+    # x + shift of that count's chunk. None: untagged (fixed-size programs).
+    tag: tuple[int, int] | None = None
 
 
 class _Memory:
@@ -74,7 +103,7 @@ class _Memory:
         if i < 0 or at <= self.segs[i].start or at >= self.segs[i].end:
             return
         seg = self.segs[i]
-        right = _Segment(at, seg.end, _shift_term(seg.term, 0), seg.writer, list(seg.readers))
+        right = _Segment(at, seg.end, _shift_term(seg.term, 0), seg.writer, list(seg.readers), seg.tag)
         seg.end = at
         self.segs.insert(i + 1, right)
 
@@ -113,6 +142,15 @@ class _Validator:
     def __init__(self, program: Program, instance: Instance | None):
         self.p = program
         self.inst = instance
+        # Variable sizes: where each chunk of per-call size sits, per (rank,
+        # buffer): count index -> (the counts before it, capacity offset).
+        self.chunks: dict[tuple[int, str], dict[int, tuple[tuple[int, ...], int]]] = {}
+        if instance is not None and program.variable:
+            for buf, side in (("in", instance.inputs), ("out", instance.outputs)):
+                for rank, layout in enumerate(side):
+                    at = self.chunks.setdefault((rank, buf), {})
+                    for _, place in layout:
+                        at[place.var] = (tuple(sorted(place.base)), place.offset)
         self.lists = [(r, c) for r in range(program.ranks) for c in range(len(program.lists[r]))]
         self.list_index = {key: i for i, key in enumerate(self.lists)}
 
@@ -127,8 +165,14 @@ class _Validator:
             raise self.fail(None, f"has lists for {len(p.lists)} ranks, expected {p.ranks}")
         if p.step_count() > MAX_STEPS:
             raise self.fail(None, f"has {p.step_count()} steps (limit {MAX_STEPS}); use larger slices")
+        if p.variable and p.inplace_offsets is not None:
+            raise self.fail(None, "a variable-size program has no in-place form (its input would sit at a per-call "
+                                  "offset of its output)")
+        if len(p.count_names) != len(p.count_caps) or any(c < 0 for c in p.count_caps):
+            raise self.fail(None, "its per-call counts' names and capacities do not match")
         notified: Counter[FlagRef] = Counter()
         waited: set[FlagRef] = set()
+        placed: dict[tuple[int, str, int], tuple[tuple[int, ...], int]] = {}
         for sid, step in p.steps():
             refs: list[Ref] = []
             if isinstance(step, Stage):
@@ -168,6 +212,16 @@ class _Validator:
                 raise self.fail(sid, f"unknown step {step!r}")
             for ref in refs:
                 self._check_ref(sid, ref)
+            moves = isinstance(step, Stage) and bool(step.dsts) or isinstance(step, Consume) and step.op != "wait"
+            for ref in refs:
+                why = ref_problem(p, ref, moves)
+                if why:
+                    raise self.fail(sid, why)
+                if moves and ref.var is not None and ref.buf != "scratch":
+                    self._check_chunk(sid, ref, placed)
+            why = step_clip_problem(refs) if moves else None
+            if why:
+                raise self.fail(sid, why)
         for flag, n in notified.items():
             if n != 1:
                 raise self.fail(None, f"{flag.text()} is notified {n} times per call; each flag has one notifier")
@@ -175,6 +229,20 @@ class _Validator:
                 raise self.fail(None, f"{flag.text()} is notified but nobody waits on it")
         for flag in waited - set(notified):
             raise self.fail(None, f"{flag.text()} is waited on but never notified")
+
+    def _check_chunk(self, sid: StepId, ref: Ref, placed: dict) -> None:
+        """A variable slice of in or out lies in its chunk at every count:
+        after exactly the chunks before it, at its window's position."""
+        where = (tuple(sorted(ref.base)), ref.offset - ref.at)
+        if self.inst is None:  # no layout to hold it to: one chunk, one place
+            expected = placed.setdefault((ref.rank, ref.buf, ref.var), where)
+        else:
+            expected = self.chunks.get((ref.rank, ref.buf), {}).get(ref.var)
+            if expected is None:
+                raise self.fail(sid, f"{ref.text()}: rank {ref.rank}'s {ref.buf} holds no chunk of count {ref.var}")
+        if where != expected:
+            raise self.fail(sid, f"{ref.text()} is not where count {ref.var}'s chunk sits in rank {ref.rank}'s "
+                                 f"{ref.buf} at every count (after counts {list(expected[0])}, at {expected[1]})")
 
     def _check_flag(self, sid: StepId, flag: FlagRef) -> None:
         if not (0 <= flag.rank < self.p.ranks and 0 <= flag.index < self.p.flag_counts[flag.rank]):
@@ -244,6 +312,10 @@ class _Validator:
                 mem[(r, "in")] = _Memory(p.in_counts[r], ((r, 0),))
                 mem[(r, "out")] = _Memory(p.out_counts[r], None)
             mem[(r, "scratch")] = _Memory(p.scratch_count, None)
+            for var, (_, start) in self.chunks.get((r, "in"), {}).items():
+                # Inputs hold their chunks' elements from the start: tagged so.
+                for seg in mem[(r, "in")].read(start, start + p.count_caps[var]):
+                    seg.tag = (var, -start)
         for k, (sid, step) in enumerate(self.order):
             if isinstance(step, Stage):
                 if step.dsts:
@@ -276,6 +348,10 @@ class _Validator:
             for seg in mem[(rank, buf)].read(off, off + count):
                 if seg.term is None:
                     raise self.fail(sid, f"reads {ref.text()}, which holds nothing yet at [{seg.start}:{seg.end}) (missing stage?)")
+                if ref.var is not None and seg.tag is not None and seg.tag != (ref.var, ref.at - off):
+                    raise self.fail(sid, f"reads {ref.text()}, whose [{seg.start}:{seg.end}) holds count {seg.tag[0]}'s "
+                                         f"chunk from position {seg.start + seg.tag[1]}: at some counts it was never "
+                                         "written (a value must move between slices clipped alike)")
                 if not self.hb(seg.writer, k):
                     wsid = self.order[seg.writer][0]
                     raise self.fail(sid, f"reads {ref.text()}, written by {wsid.text()} with no notify between them")
@@ -301,7 +377,8 @@ class _Validator:
             memory._split(off + count)
             # Replace the covered segments by the result's pieces.
             first, end = memory.span(off, off + count)
-            new = [_Segment(off + lo, off + hi, _shift_term(term, -off), k, []) for lo, hi, term in result]
+            tag = None if ref.var is None else (ref.var, ref.at - off)
+            new = [_Segment(off + lo, off + hi, _shift_term(term, -off), k, [], tag) for lo, hi, term in result]
             memory.segs[first:end] = new
 
     def _check_outputs(self, mem) -> None:

@@ -6,6 +6,14 @@ them). The builder then adds the call protocol that every program needs when
 ranks run in separate launches (:func:`add_call_protocol`): a ``ready`` notify
 before a peer touches a rank's buffers and a ``done`` notify after, so that a
 rank never leaves a call while a peer still reads or writes its memory.
+
+Variable sizes need nothing of a strategy but to build its slices with
+:func:`in_ref`, :func:`out_ref` and :meth:`Builder.scratch` (``like=`` the
+slice it will hold): an instance of a ``count: variable`` spec is laid out at
+capacity, its places say which per-call count sizes them, and these helpers
+carry that onto every slice (model.py: offsets after the chunks before it,
+counts clipped to the call's). Slices cut a chunk's capacity into windows; at
+run time a window past the chunk's count moves nothing.
 """
 
 from __future__ import annotations
@@ -15,8 +23,8 @@ from typing import Any, Callable
 
 from purlin_bench.config import Param
 from purlin_bench.errors import PlanError
-from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step
-from purlin_bench.spec.instance import Flow, Instance
+from purlin_bench.program.model import VARIABLE_SCHEMA, Consume, FlagRef, Notify, Program, Ref, Stage, Step
+from purlin_bench.spec.instance import Flow, Instance, key_text
 
 # Bytes every slice boundary is aligned to where the count allows: the Atom
 # datapath moves 16-byte vectors, and slices on 16-byte boundaries let it.
@@ -81,11 +89,14 @@ class Builder:
         self.flag_counts[rank] += 1
         return FlagRef(rank, self.flag_counts[rank] - 1)
 
-    def scratch(self, rank: int, count: int) -> Ref:
+    def scratch(self, rank: int, count: int, like: Ref | None = None) -> Ref:
         """A fresh scratch slot: never reused within a call, so a slot can
-        never overlap live data; each starts on a 16-byte boundary."""
+        never overlap live data; each starts on a 16-byte boundary. ``like``:
+        the slice it will hold, whose per-call clip it takes (variable sizes)."""
         at = -(-self.scratch_used[rank] // self.unit) * self.unit
         self.scratch_used[rank] = at + count
+        if like is not None and like.var is not None:
+            return Ref(rank, "scratch", at, count, (), like.var, like.at)
         return Ref(rank, "scratch", at, count)
 
     def add(self, rank: int, channel: int, *steps: Step) -> None:
@@ -110,11 +121,19 @@ def data_op(flow: Flow) -> str:
 
 
 def in_ref(place, lo: int, n: int) -> Ref:
-    return Ref(place.rank, "in", place.offset + lo, n)
+    return _ref(place, "in", lo, n)
 
 
 def out_ref(place, lo: int, n: int) -> Ref:
-    return Ref(place.rank, "out", place.offset + lo, n)
+    return _ref(place, "out", lo, n)
+
+
+def _ref(place, buf: str, lo: int, n: int) -> Ref:
+    """Elements [lo, lo + n) of a chunk's place; of a chunk of per-call size,
+    placed after its buffer's earlier chunks and clipped to the call's count."""
+    if place.var is None:
+        return Ref(place.rank, buf, place.offset + lo, n)
+    return Ref(place.rank, buf, place.offset + lo, n, place.base, place.var, lo)
 
 
 def _refs(step: Step) -> list[Ref]:
@@ -231,7 +250,18 @@ def finish(b: Builder, strategy: str, params: dict[str, int], dtype: str, redop:
         flag_counts=tuple(b.flag_counts),
         inplace_offsets=inst.inplace_offsets() if inplace else None,
         lists=tuple(tuple(tuple(steps) for steps in chans) for chans in b.lists),
+        **_variable_fields(inst),
     )
+
+
+def _variable_fields(inst: Instance) -> dict:
+    """A variable-size program's counts (names and capacities), in the
+    order of the instance's counts vector; nothing for a fixed one."""
+    if not inst.count_keys:
+        return {}
+    names = tuple(key_text(k) for k in inst.count_keys)
+    caps = tuple(inst.chunk_counts[k] for k in inst.count_keys)
+    return {"count_names": names, "count_caps": caps, "schema": VARIABLE_SCHEMA}
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def emit(b: Builder, params: dict[str, int]) -> None:
                         if src.rank == rank:
                             local.append(in_ref(src, lo, n))
                             continue
-                        slot = b.scratch(rank, n)
+                        slot = b.scratch(rank, n, like=in_ref(src, lo, n))
                         flag = b.flag(rank)
                         b.add(src.rank, channel, Stage(in_ref(src, lo, n), (slot,)), Notify(flag))
                         staged.append(slot)

@@ -31,11 +31,12 @@ class _Ring:
     def put(self, key: tuple, rank: int, channel: int, *steps: Step) -> None:
         self.blocks.append((key, rank, channel, list(steps)))
 
-    def landing(self, places_at: dict[int, list], rank: int, lo: int, n: int) -> Ref:
-        """Where a slice arriving at ``rank`` lands: its output if it consumes, else scratch."""
+    def landing(self, places_at: dict[int, list], rank: int, lo: int, n: int, like: Ref) -> Ref:
+        """Where a slice arriving at ``rank`` lands: its output if it consumes,
+        else scratch (clipped as ``like``, the slice it carries, for variable sizes)."""
         if rank in places_at:
             return out_ref(places_at[rank][0], lo, n)
-        return self.b.scratch(rank, n)
+        return self.b.scratch(rank, n, like=like)
 
     def forward(self, places_at, start: int, hops: int, first_landing: Ref, flag, key, lo: int, n: int, channel: int) -> None:
         """Carry a finished slice from ``start`` on for ``hops`` hops."""
@@ -45,7 +46,7 @@ class _Ring:
             extra = [out_ref(p, lo, n) for p in places_at.get(z, [])[1:]]
             hop_key = (key[0] + k, *key[1:])
             if k < hops:
-                nxt = self.landing(places_at, (z + 1) % self.R, lo, n)
+                nxt = self.landing(places_at, (z + 1) % self.R, lo, n, like=landing)
                 nflag = self.b.flag((z + 1) % self.R)
                 self.put(hop_key, z, channel, Consume((flag,), "copy", (landing,), tuple(extra) + (nxt,)), Notify(nflag))
                 landing, flag = nxt, nflag
@@ -65,7 +66,7 @@ class _Ring:
             dsts = [out_ref(p, lo, n) for p in places_at.get(s, [])]
             steps: list[Step] = []
             if hops:
-                landing = self.landing(places_at, (s + 1) % self.R, lo, n)
+                landing = self.landing(places_at, (s + 1) % self.R, lo, n, like=in_ref(src, lo, n))
                 flag = self.b.flag((s + 1) % self.R)
                 dsts.append(landing)
                 steps = [Stage(in_ref(src, lo, n), tuple(dsts)), Notify(flag)]
@@ -95,7 +96,7 @@ class _Ring:
                     op = "reduce" if len(operands) > 1 else "copy"
                     if y != owner:
                         nxt = chain[i + 1]
-                        slot, nflag = b.scratch(nxt, n), b.flag(nxt)
+                        slot, nflag = b.scratch(nxt, n, like=operands[0]), b.flag(nxt)
                         if acc is None and op == "copy":
                             self.put(key, y, j, Stage(operands[0], (slot,)), Notify(nflag))
                         else:
@@ -106,7 +107,7 @@ class _Ring:
                     tail: list[Step] = []
                     landing = None
                     if hops_after:
-                        landing = self.landing(places_at, (owner + 1) % R, at, n)
+                        landing = self.landing(places_at, (owner + 1) % R, at, n, like=operands[0])
                         nflag = b.flag((owner + 1) % R)
                         dsts.append(landing)
                         tail = [Notify(nflag)]
