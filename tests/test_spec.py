@@ -18,11 +18,13 @@ from purlin_bench.spec import instantiate, load_builtin, load_spec_file, resolve
 from purlin_bench.spec.loader import builtin_spec_paths
 
 BUILTINS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "reduce", "gather", "scatter")
+# Sizes per call (count: variable): tests/test_variable_spec.py.
+VARIABLE = ("all-gather-v", "reduce-scatter-v", "all-to-all-v")
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def test_the_eight_builtins_are_there():
-    assert sorted(builtin_spec_paths()) == sorted(BUILTINS)
+def test_the_eleven_builtins_are_there():
+    assert sorted(builtin_spec_paths()) == sorted(BUILTINS + VARIABLE)
 
 
 @pytest.mark.parametrize("name", BUILTINS)

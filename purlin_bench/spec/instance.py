@@ -13,6 +13,13 @@ How ``count`` maps to chunks (as in NCCL, any positive count works):
   buffer that lists every chunk name once (all-reduce's input); the chunks split
   it in their order there, each a whole number of 16-byte units where the count
   allows, the first ones full and the last taking the rest (some may be empty).
+* ``count: variable`` (all-gather-v, reduce-scatter-v, all-to-all-v): every
+  chunk's size comes with each call, one count per chunk name
+  (:attr:`Instance.count_keys`, in the order of the names' indices); ``count``
+  is the capacity, the most any one chunk may hold. The instance is laid out
+  at capacity, and each place says which counts size and precede it, so a
+  program built from it serves every call (spec/variable.py gives the layout
+  and reference of one call's counts).
 """
 
 from __future__ import annotations
@@ -38,11 +45,17 @@ def key_text(key: ChunkKey) -> str:
 
 @dataclass(frozen=True)
 class Place:
-    """``count`` elements at ``offset`` of one rank's input or output buffer."""
+    """``count`` elements at ``offset`` of one rank's input or output buffer.
+
+    With variable sizes, offset and count are at capacity; ``var`` is the
+    index of the per-call count that sizes this chunk and ``base`` those of
+    the chunks before it in its buffer (its offset moves with them)."""
 
     rank: int
     offset: int
     count: int
+    base: tuple[int, ...] = ()
+    var: int | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,13 @@ class Instance:
     inputs: tuple[tuple[tuple[ChunkKey, Place], ...], ...]  # per rank, in layout order
     outputs: tuple[tuple[tuple[ChunkKey, Place], ...], ...]
     flows: tuple[Flow, ...]
+    # count: variable: the chunk names in the order of the per-call counts
+    # vector (sorted: c(0), c(1), ... or c(0, 0), c(0, 1), ...); () otherwise.
+    count_keys: tuple[ChunkKey, ...] = ()
+
+    @property
+    def variable(self) -> bool:
+        return bool(self.count_keys)
 
     @property
     def op(self) -> str:
@@ -120,6 +140,11 @@ class Instance:
         of elements (reduce-scatter of count 0, or a buffer-mode chunk split
         that leaves trailing chunks empty), and the side that is larger by
         count no longer says which chunk list holds the other."""
+        if self.variable:
+            # Where the input would sit in the output moves with the counts;
+            # the model has one offset per rank (a later phase may add it).
+            raise SpecError(f"{self.spec.name} has no in-place form: its sizes come with each call, so its input "
+                            "would sit at a per-call offset of its output")
         offsets = []
         for rank in range(self.ranks):
             ins, outs = self.inputs[rank], self.outputs[rank]
@@ -183,7 +208,7 @@ def _layouts(spec: CollectiveSpec, side: str, ranks: int, root: int) -> list[lis
 def _chunk_counts(spec: CollectiveSpec, ins: list[list[ChunkKey]], outs: list[list[ChunkKey]], count: int,
                   itemsize: int, ranks: int) -> dict[ChunkKey, int]:
     names = {k for layout in ins + outs for k in layout}
-    if spec.count_mode == "chunk":
+    if spec.count_mode in ("chunk", "variable"):  # variable: every chunk at capacity
         return {k: count for k in names}
     # count: buffer. Find a buffer listing every chunk name exactly once.
     for layout in ins + outs:
@@ -198,10 +223,16 @@ def _chunk_counts(spec: CollectiveSpec, ins: list[list[ChunkKey]], outs: list[li
     )
 
 
-def _place(layout: list[ChunkKey], counts: dict[ChunkKey, int], rank: int) -> tuple[tuple[ChunkKey, Place], ...]:
+def _place(layout: list[ChunkKey], counts: dict[ChunkKey, int], rank: int,
+           index: dict[ChunkKey, int] | None = None) -> tuple[tuple[ChunkKey, Place], ...]:
+    """Chunks placed one after another; with ``index`` (variable sizes) each
+    place also names its count and those of the chunks before it."""
     offset, placed = 0, []
-    for key in layout:
-        placed.append((key, Place(rank, offset, counts[key])))
+    for k, key in enumerate(layout):
+        if index is None:
+            placed.append((key, Place(rank, offset, counts[key])))
+        else:
+            placed.append((key, Place(rank, offset, counts[key], tuple(index[x] for x in layout[:k]), index[key])))
         offset += counts[key]
     return tuple(placed)
 
@@ -221,8 +252,12 @@ def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, roo
     ins = _layouts(spec, "input", ranks, root)
     outs = _layouts(spec, "output", ranks, root)
     counts = _chunk_counts(spec, ins, outs, count, itemsize, ranks)
-    inputs = tuple(_place(layout, counts, r) for r, layout in enumerate(ins))
-    outputs = tuple(_place(layout, counts, r) for r, layout in enumerate(outs))
+    keys = tuple(sorted(counts, key=_key_order)) if spec.count_mode == "variable" else ()
+    index = {k: i for i, k in enumerate(keys)} if keys else None
+    if keys:
+        _distinct(spec, ins + outs, ranks)
+    inputs = tuple(_place(layout, counts, r, index) for r, layout in enumerate(ins))
+    outputs = tuple(_place(layout, counts, r, index) for r, layout in enumerate(outs))
     sources: dict[ChunkKey, list[Place]] = {}
     for layout in inputs:
         for key, place in layout:
@@ -237,15 +272,33 @@ def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, roo
                 where = ", ".join(f"rank {p.rank}" for p in found)
                 raise SpecError(f"{spec.source}: input: copy chunk {key_text(key)} has {len(found)} sources ({where}); "
                                 f"a copy needs exactly one (with {counted(ranks, 'rank')}, root {root})")
-    flows = _coalesce(outputs, sources)
-    return Instance(spec, ranks, root, count, itemsize, counts, inputs, outputs, flows)
+    flows = _coalesce(outputs, sources, merge=not keys)
+    return Instance(spec, ranks, root, count, itemsize, counts, inputs, outputs, flows, keys)
 
 
-def _coalesce(outputs, sources: dict[ChunkKey, list[Place]]) -> tuple[Flow, ...]:
+def _key_order(key: ChunkKey) -> tuple:
+    """Chunk names by name, then by indices as numbers: c(2) before c(10)."""
+    return (key[0], len(key), *key[1:])
+
+
+def _distinct(spec: CollectiveSpec, layouts: list[list[ChunkKey]], ranks: int) -> None:
+    """With variable sizes a chunk's place is after the chunks before it in
+    its buffer; a buffer listing one chunk twice would place it twice."""
+    for rank, layout in enumerate(layouts):
+        seen = set()
+        for key in layout:
+            if key in seen:
+                raise SpecError(f"{spec.source}: count: 'variable' needs each buffer to list a chunk once; rank "
+                                f"{rank % ranks} lists {key_text(key)} twice (with {counted(ranks, 'rank')})")
+            seen.add(key)
+
+
+def _coalesce(outputs, sources: dict[ChunkKey, list[Place]], merge: bool = True) -> tuple[Flow, ...]:
     """Turn output chunks into flows: neighbouring output chunks whose sources
     are neighbours at the same ranks merge into one, and outputs with the same
     sources share one flow (all-reduce becomes one flow of the whole buffer with
-    R consumers). Empty chunks vanish."""
+    R consumers). Empty chunks vanish. Without ``merge`` (variable sizes:
+    neighbours grow and shrink apart, call by call) each chunk stays a flow."""
     runs: list[tuple[tuple[Place, ...], Place]] = []  # (sources, consumer place)
     for layout in outputs:
         current: tuple[tuple[Place, ...], Place] | None = None
@@ -253,7 +306,7 @@ def _coalesce(outputs, sources: dict[ChunkKey, list[Place]]) -> tuple[Flow, ...]
             if place.count == 0:
                 continue
             srcs = tuple(sorted(sources[key], key=lambda p: (p.rank, p.offset)))
-            if current is not None:
+            if current is not None and merge:
                 prev_srcs, prev = current
                 adjacent = prev.offset + prev.count == place.offset and len(prev_srcs) == len(srcs) and all(
                     a.rank == b.rank and a.offset + a.count == b.offset for a, b in zip(prev_srcs, srcs)
@@ -262,6 +315,7 @@ def _coalesce(outputs, sources: dict[ChunkKey, list[Place]]) -> tuple[Flow, ...]
                     merged = tuple(Place(a.rank, a.offset, a.count + b.count) for a, b in zip(prev_srcs, srcs))
                     current = (merged, Place(prev.rank, prev.offset, prev.count + place.count))
                     continue
+            if current is not None:
                 runs.append(current)
             current = (srcs, place)
         if current is not None:

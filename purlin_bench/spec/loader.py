@@ -28,7 +28,9 @@ from purlin_bench.sizes import counted
 BASE_NAMES = frozenset({"r", "R", "root"})
 OPS = ("copy", "reduce")
 REDOPS = ("sum", "prod", "max", "min")
-COUNT_MODES = ("buffer", "chunk")
+# variable: every chunk's size comes with each call (one count per chunk
+# name); the count a command takes is then the capacity (spec/variable.py).
+COUNT_MODES = ("buffer", "chunk", "variable")
 _TOP_KEYS = {"name", "description", "op", "reduce", "count", "requires", "bench", "input", "output"}
 _ENTRY_KEYS = {"chunk", "for", "when"}
 _LOOP = re.compile(r"^\s*([A-Za-z_]\w*)\s+in\s+range\((.*)\)\s*$")
@@ -128,7 +130,7 @@ class CollectiveSpec:
     description: str
     op: str  # copy | reduce
     redop: str | None  # default reduction for op == reduce
-    count_mode: str  # buffer | chunk
+    count_mode: str  # buffer | chunk | variable
     requires: Expr | None  # condition on R, e.g. "R % 2 == 0"
     bench: BenchConventions
     input: tuple[LayoutEntry, ...]
@@ -146,13 +148,27 @@ class CollectiveSpec:
         except ExprError as exc:
             raise _fail(self.source, "requires", f"{exc} (with {counted(ranks, 'rank')})") from None
 
+    @property
+    def variable(self) -> bool:
+        """Whether its chunk sizes come with each call (``count: variable``)."""
+        return self.count_mode == "variable"
+
+    def _sized(self) -> None:
+        if self.variable:
+            # Bench, tune and plans size a run by one count; a variable one is
+            # sized by the counts of each call (issue 31's next phase).
+            raise SpecError(f"{self.name}: its sizes come with each call; bench, tune, export and plans of "
+                            "variable-length collectives are not supported yet (check and show are)")
+
     def count_for_bytes(self, ranks: int, nbytes: int, itemsize: int) -> int:
         """The count whose nccl-tests message size S is ``nbytes`` (rounded
         down, at least 1): S is linear in count, e.g. count or count * R."""
+        self._sized()
         per_count = self.bench.size_elements.int({"count": 1, "R": ranks}) * itemsize
         return max(1, nbytes // max(1, per_count))
 
     def bytes_for_count(self, ranks: int, count: int, itemsize: int) -> int:
+        self._sized()
         return self.bench.size_elements.int({"count": count, "R": ranks}) * itemsize
 
 
@@ -269,9 +285,11 @@ def parse_spec(raw: Any, source: str) -> CollectiveSpec:
     bench_raw = raw.get("bench", {})
     if not isinstance(bench_raw, dict) or set(bench_raw) - {"size", "busbw"}:
         raise _fail(source, "bench", "expected a mapping with 'size' and 'busbw' expressions")
-    default_size = "count" if count_mode == "buffer" else "count * R"
+    default_size = {"buffer": "count", "chunk": "count * R", "variable": "total"}[count_mode]
+    # A variable collective's size is of one call: 'total' is the sum of its counts.
+    size_names = frozenset({"count", "R", "total"} if count_mode == "variable" else {"count", "R"})
     bench = BenchConventions(
-        _parse_expr(source, "bench.size", bench_raw.get("size", default_size), frozenset({"count", "R"})),
+        _parse_expr(source, "bench.size", bench_raw.get("size", default_size), size_names),
         _parse_expr(source, "bench.busbw", bench_raw.get("busbw", 1), frozenset({"R"})),
     )
     layouts = {}
