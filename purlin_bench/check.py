@@ -11,13 +11,14 @@ float16 partial where a single reduction would not (40000 + 40000 - 40000)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
 from purlin_bench.dtypes import accumulate, count_wrong, is_integer, random_inputs, reduction_tolerance, resolve_dtype
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
+from purlin_bench.spec.variable import at_counts, draw_counts
 
 
 @dataclass(frozen=True)
@@ -73,10 +74,15 @@ def partial_overflow(inst: Instance, redop: str | None, dtype: np.dtype, inputs:
     return count
 
 
-def compare(inst: Instance, program: Program, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> CheckResult:
+def compare(inst: Instance, program: Program, inputs: list[np.ndarray], outputs: list[np.ndarray],
+            counts: Sequence[int] | None = None) -> CheckResult:
     """Count output elements that differ from the reference: copies bit for bit,
-    reductions within the dtype's accumulated rounding (see dtypes)."""
+    reductions within the dtype's accumulated rounding (see dtypes). With
+    variable sizes, of the call with ``counts``: its chunks, packed."""
     _, dtype = resolve_dtype(program.dtype)
+    if inst.variable:
+        inst = at_counts(inst, counts)  # the call's own instance: chunks at its counts
+        inputs = [x[:n] for x, n in zip(inputs, inst.in_counts)]
     expected = inst.reference(inputs, program.redop)
     wrong = total = 0
     for rank, layout in enumerate(inst.outputs):
@@ -92,18 +98,22 @@ def compare(inst: Instance, program: Program, inputs: list[np.ndarray], outputs:
     return CheckResult(wrong, total, overflowed)
 
 
-def check_program(inst: Instance, program: Program, runner: Any, seed: int = 0, calls: int = 2) -> CheckResult:
+def check_program(inst: Instance, program: Program, runner: Any, seed: int = 0, calls: int = 2,
+                  counts: str = "uniform") -> CheckResult:
     """Run ``program`` ``calls`` times with fresh random inputs (so epoch
-    counters are exercised) and return the worst comparison."""
+    counters are exercised) and return the worst comparison. With variable
+    sizes each call draws its counts from the distribution ``counts``."""
     _, dtype = resolve_dtype(program.dtype)
     rng = np.random.default_rng(seed)
     worst = CheckResult(0, 0)
     for _ in range(calls):
         inputs = random_inputs(rng, program.in_counts, dtype, program.redop)
-        runner.load(inputs, 0)  # the backend port's Runner, duck-typed: this layer is below it
+        sizes = draw_counts(inst, counts, rng) if inst.variable else None
+        # The backend port's Runner, duck-typed: this layer is below it.
+        runner.load(inputs, 0, **({"counts": sizes} if sizes is not None else {}))
         runner.run(0)
         outputs = runner.outputs(0)
-        result = compare(inst, program, inputs, outputs)
+        result = compare(inst, program, inputs, outputs, sizes)
         if result.wrong >= worst.wrong:
             worst = result
     return worst

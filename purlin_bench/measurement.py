@@ -12,6 +12,10 @@ times, on any backend, through the backend port only.
 * **Side by side.** ``compare`` times every candidate asked for (the
   configuration, the default, the baselines) in turns, batch by batch, in
   one process (Backend.time), so their ratios hold on a drifting machine.
+* **Variable sizes** (``count: variable``): a check draws each call's counts
+  from a distribution (spec/variable.py) and loads them with the inputs, so
+  one prepared program runs calls of different sizes; what a backend cannot
+  run (variable sizes, an element type) is refused before it is prepared.
 """
 
 from __future__ import annotations
@@ -20,17 +24,20 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from purlin_bench.backends.port import Backend, Reference, Runner, TimingPolicy, check_params
+import numpy as np
+
+from purlin_bench.backends.port import Backend, Reference, Runner, TimingPolicy, check_params, unsupported
 from purlin_bench.check import CheckResult
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import PurlinError
+from purlin_bench.errors import CapacityError, PurlinError
 from purlin_bench.heuristics import default_plan
 from purlin_bench.inputs import exact_inputs
 from purlin_bench.planner import plan
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
+from purlin_bench.spec.variable import draw_counts
 from purlin_bench.timing import Timing
 
 # Rotate inputs over enough buffer sets that one call's data is not still in
@@ -46,6 +53,12 @@ _KEPT = 12
 # A configuration whose buffer sets hold this much gets the cache to itself:
 # the world's buffers and the reference's outputs are the device's memory.
 _ALONE_BYTES = 256 << 20
+
+
+def _counts_arg(counts) -> dict:
+    """Runner.load's counts only where a call has them: a backend whose
+    runners take none (a GPU's, for fixed sizes) is called as before."""
+    return {} if counts is None else {"counts": counts}
 
 
 def rotation_sets(program: Program) -> int:
@@ -123,20 +136,37 @@ class MeasurementService:
         with self.backend.guard():
             return self.backend.warm_up(dtype, redop)
 
-    def check(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False, seed: int = 0, calls: int = 2) -> CheckResult:
+    def _runnable(self, program: Program) -> None:
+        """Refuse, before preparing, what the backend does not run: a check
+        reports it as not applicable (CapacityError), other commands say why."""
+        why = unsupported(type(self.backend), program)
+        if why:
+            raise CapacityError(why)
+
+    def check(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False,
+              seed: int = 0, calls: int = 2, counts: str = "uniform") -> CheckResult:
         """``calls`` calls on one buffer set (so epoch flags advance), each
-        compared with the reference; the worst count of wrong elements."""
+        compared with the reference; the worst count of wrong elements.
+        With variable sizes each call draws new counts from ``counts`` (a
+        distribution of spec/variable.py), so the calls differ in size."""
         program = self.program(inst, config, dtype, redop, inplace)
+        self._runnable(program)
+        rng = np.random.default_rng(seed)
+
+        def call_counts():
+            return draw_counts(inst, counts, rng) if program.variable else None
+
         with self.backend.guard():
             runner = self.backend.prepare(program, 1, **dict(config.exec_params))
             try:
                 inputs = exact_inputs(program.in_counts, resolve_dtype(dtype)[1], program.redop, seed)
-                runner.load(inputs, 0)
+                runner.load(inputs, 0, **_counts_arg(call_counts()))
                 reference = self.backend.reference(runner, inst, inputs)
                 wrong = 0
                 for call in range(calls):
                     if call:
-                        runner.load(inputs, 0)  # in place, the last call overwrote them
+                        # In place, the last call overwrote the inputs; variable: new sizes.
+                        runner.load(inputs, 0, **_counts_arg(call_counts()))
                     runner.run(0)
                     wrong = max(wrong, reference.count_wrong(runner, 0))
             finally:
@@ -154,6 +184,9 @@ class MeasurementService:
         written over them. Times do not depend on the values; ``nwrong`` was
         counted right after this runner's own load."""
         program = self.program(inst, config, dtype, redop, inplace)
+        self._runnable(program)
+        if program.variable:  # timed calls need counts of their own: bench's part of issue 31, to come
+            raise PurlinError(f"{inst.spec.name}: timing variable-length collectives is not supported yet (check is)")
         # Keyed by the parameters as the backend runs them: {} and the same
         # values written out are one configuration, one runner.
         key = (program, tuple(sorted(check_params(type(self.backend), dict(config.exec_params)).items())))

@@ -191,8 +191,10 @@ def test_check_runs_the_matrix_and_reports_na(capsys):
     summary = data["summary"]
     assert summary["failed"] == 0 and summary["errors"] == 0 and summary["passed"] > 100
     na = [r for r in data["results"] if r["status"] == "n/a"]
-    # every strategy applies to every built-in; only in-place all-to-all is n/a
-    assert na and all(r["collective"] == "all-to-all" and r["inplace"] for r in na)
+    # every strategy applies to every built-in; only in-place all-to-all is n/a, and the
+    # in-place form of a collective whose sizes come per call (its input would move with them)
+    assert na and all(r["collective"] in ("all-to-all", "all-gather-v", "reduce-scatter-v", "all-to-all-v")
+                      and r["inplace"] for r in na)
     assert any(r["collective"] == "all-to-all" and r["inplace"] and "cannot run in place" in r["note"] for r in na)
     assert {r["dtype"] for r in data["results"] if r["status"] == "pass"} == {"float32", "bfloat16"}
     # every root of a rooted collective
@@ -284,7 +286,7 @@ def test_ring_shift_is_listed_shown_and_checked(capsys):
     code, out, _ = purlin(capsys, "check", "--spec", RING_SHIFT, "--ranks", "1,2,3,8", "--dtype", "all", "--count", "1,1001", "--json")
     assert code == 0
     data = json.loads(out)
-    assert data["summary"]["failed"] == 0 and data["summary"]["passed"] == 4 * 5 * 2 * 4 + 5 * 2 * 4  # + in place at 1 rank
+    assert data["summary"]["failed"] == 0 and data["summary"]["passed"] == 4 * 7 * 2 * 4 + 7 * 2 * 4  # 7 dtypes (fp8 too); + in place at 1 rank
     assert {r["collective"] for r in data["results"]} == {"ring-shift"}
 
 

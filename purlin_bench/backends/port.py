@@ -63,8 +63,10 @@ class Runner(Protocol):
     # datapath's NVRTC build; 0 where nothing is built or it was cached).
     build_s: float
 
-    def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
-        """Write per-rank inputs into buffer set ``slot``."""
+    def load(self, inputs: Sequence[np.ndarray], slot: int = 0, counts: Sequence[int] | None = None) -> None:
+        """Write per-rank inputs into buffer set ``slot``; a variable-size
+        program's call counts go with them (they belong to the set, as on a
+        GPU they sit in device memory), checked before anything is written."""
 
     def run(self, slot: int = 0) -> None:
         """One call on buffer set ``slot``, outputs poisoned first; waits
@@ -122,6 +124,12 @@ class Backend(ABC):
     # ``procs`` context (backends/procs.py) and then prepares runners that run
     # this process's rank, while loading and reading every rank's buffers.
     runs_in_procs: ClassVar[bool] = False
+    # Whether its runners take variable-size programs (a counts vector per
+    # buffer set, Runner.load) and which element types it moves: a backend
+    # is asked for neither until it says so (issue 31: fp8 and the *v
+    # collectives on the CPU reference first, the GPU datapath later).
+    variable_sizes: ClassVar[bool] = False
+    dtypes: ClassVar[tuple[str, ...]] = ("float32", "float64", "float16", "bfloat16", "int32")
 
     def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, procs: Any = None):
         self.ranks = len(gpus) if gpus else ranks
@@ -249,6 +257,15 @@ def check_params(backend: type[Backend], params: dict[str, Any]) -> dict[str, An
         listed = ", ".join(known) or "none"
         raise PlanError(f"unknown datapath parameter(s) {sorted(unknown)} for backend {backend.name} (known: {listed})")
     return {p.name: p.check(params.get(p.name, p.default)) for p in backend.params}
+
+
+def unsupported(backend: type[Backend], program: Program) -> str | None:
+    """Why ``backend`` cannot run ``program`` (its dtype, variable sizes), or None."""
+    if program.dtype not in backend.dtypes:
+        return f"backend {backend.name} does not move {program.dtype} yet (it moves {', '.join(backend.dtypes)})"
+    if program.variable and not backend.variable_sizes:
+        return f"backend {backend.name} runs no variable-size program yet ({program.collective}'s sizes come per call)"
+    return None
 
 
 def check_inputs(program: Program, inputs: Sequence[np.ndarray]) -> None:

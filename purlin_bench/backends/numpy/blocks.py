@@ -35,6 +35,7 @@ from purlin_bench.backends.numpy.executor import NumpyRunner, poison
 from purlin_bench.dtypes import accumulate
 from purlin_bench.errors import DeadlockError, ExecutionError, PurlinError
 from purlin_bench.program.model import Consume, Notify, Program, Stage
+from purlin_bench.program.variable import resolve
 
 MAX_BLOCKS = 64
 
@@ -85,9 +86,10 @@ class BlockSplitRunner(NumpyRunner):
         self._masks: dict = {}
 
     def _mask(self, step, block: int) -> np.ndarray:
-        key = (id(step), block)
+        key = (id(step), block, self._now)  # variable sizes: a call's counts decide each op's split
         if key not in self._masks:
             refs = [step.src, *step.dsts] if isinstance(step, Stage) else [*step.srcs, *step.dsts]
+            refs = [resolve(r, self._now, self.program.count_caps) for r in refs]
             count = refs[0].count
             offsets = [self.program.physical(r)[2] for r in refs]
             who = owners(count, offsets, self.dtype.itemsize, self.blocks * self.threads) // self.threads
@@ -103,6 +105,7 @@ class BlockSplitRunner(NumpyRunner):
         for r, x in enumerate(self._inputs[slot]):
             self.buffer(r, "in")[...] = x
         self.epoch += 1
+        self._now = self._counts.get(slot, ())
         need = self.bumps_needed()
         heads = {(r, c, b): 0 for r, chans in enumerate(p.lists) for c, steps in enumerate(chans) if steps for b in range(self.blocks)}
         while heads:

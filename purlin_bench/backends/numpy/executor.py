@@ -5,6 +5,11 @@ epoch and walks the lists in a seeded random interleaving (any step whose flags
 are set may run), so a program that works only in one order is caught; if no
 step can run it raises a DeadlockError naming the blocked steps. Outputs and
 scratch are poisoned before every call, so a missing Stage shows as wrong data.
+
+A variable-size program takes each call's counts with its inputs (``load``):
+they belong to the buffer set, as a GPU keeps them in device memory next to
+the buffers. Every slice is resolved against them as its step runs
+(program/variable.py), so one prepared runner serves every call's counts.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from purlin_bench.dtypes import accumulate, is_integer, resolve_dtype
 from purlin_bench.errors import ExecutionError
 from purlin_bench.program.model import Consume, FlagRef, Program, Ref, Stage
 from purlin_bench.program.schedule import Walk
+from purlin_bench.program.variable import check_counts, resolve
 
 
 def poison(buf: np.ndarray) -> None:
@@ -47,17 +53,27 @@ class NumpyRunner:
                     self.memory[(rank, phys)] = np.empty(program.buffer_count(rank, phys), dtype=self.dtype)
         self._inputs: dict[int, list[np.ndarray]] = {}
         self._outputs: dict[int, list[np.ndarray]] = {}
+        self._counts: dict[int, tuple[int, ...]] = {}  # per buffer set: the call's counts (variable sizes)
+        self._now: tuple[int, ...] = ()  # the counts of the call running
 
     def view(self, ref: Ref) -> np.ndarray:
+        if ref.symbolic:
+            ref = resolve(ref, self._now, self.program.count_caps)
         rank, buf, offset = self.program.physical(ref)
         return self.memory[(rank, buf)][offset : offset + ref.count]
 
     def buffer(self, rank: int, buf: str) -> np.ndarray:
         return self.view(Ref(rank, buf, 0, self.program.buffer_count(rank, buf)))
 
-    def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
+    def load(self, inputs: Sequence[np.ndarray], slot: int = 0, counts: Sequence[int] | None = None) -> None:
         check_inputs(self.program, inputs)
+        checked = check_counts(self.program, counts)  # before anything is written: one line if they do not fit
         self._inputs[slot] = [np.array(x, dtype=self.dtype) for x in inputs]
+        self._counts[slot] = checked
+
+    def loaded_counts(self, slot: int = 0) -> tuple[int, ...] | None:
+        """The counts buffer set ``slot`` holds (None: a fixed-size program)."""
+        return self._counts.get(slot) if self.program.variable else None
 
     def run(self, slot: int = 0) -> None:
         p = self.program
@@ -68,6 +84,7 @@ class NumpyRunner:
         for r, x in enumerate(self._inputs[slot]):
             self.buffer(r, "in")[...] = x
         self.epoch += 1
+        self._now = self._counts.get(slot, ())
         for _, step in Walk(p, self.flags, self.epoch).order(self.rng):
             if isinstance(step, Stage):
                 for dst in step.dsts:

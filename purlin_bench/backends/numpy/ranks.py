@@ -30,6 +30,7 @@ from purlin_bench.dist.shm import Segment
 from purlin_bench.dtypes import accumulate, resolve_dtype
 from purlin_bench.errors import ExecutionError, WatchdogTimeout
 from purlin_bench.program.model import Consume, Notify, Program, Ref, Stage
+from purlin_bench.program.variable import check_counts, resolve
 
 BUFFERS = ("in", "out", "scratch")
 # Spinning on two CI cores starves the very peer a rank waits for: after a
@@ -79,6 +80,10 @@ class RankRunner:
                 seg.unlink()  # every process has it mapped (or the run failed): no file outlives the run
         self.flags[self.rank][:] = 0
         self.heads = [0] * len(program.lists[self.rank])
+        # Variable sizes: every process loads the same counts (as the inputs)
+        # and keeps them per buffer set; the running call's resolve each slice.
+        self._counts: dict[int, tuple[int, ...]] = {}
+        self._now: tuple[int, ...] = ()
 
     def _open(self, name: str, nbytes: int) -> Segment:
         seg = Segment.open(self.procs.folder, name, nbytes)
@@ -99,6 +104,8 @@ class RankRunner:
         return out
 
     def view(self, ref: Ref, slot: int) -> np.ndarray:
+        if ref.symbolic:
+            ref = resolve(ref, self._now, self.program.count_caps)
         rank, buf, offset = self.program.physical(ref)
         base, _ = self._layout[(rank, buf)]
         return self.memory[rank][slot][base + offset : base + offset + ref.count]
@@ -107,16 +114,21 @@ class RankRunner:
         return self.view(Ref(rank, buf, 0, self.program.buffer_count(rank, buf)), slot)
 
     # -- the port -------------------------------------------------------------
-    def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
+    def load(self, inputs: Sequence[np.ndarray], slot: int = 0, counts: Sequence[int] | None = None) -> None:
         check_inputs(self.program, inputs)
+        self._counts[slot] = check_counts(self.program, counts)
         for r, x in enumerate(inputs):
             self.buffer(r, "in", slot)[...] = x
 
     def outputs(self, slot: int = 0) -> list[np.ndarray]:
         return [self.buffer(r, "out", slot).copy() for r in range(self.program.ranks)]
 
+    def loaded_counts(self, slot: int = 0) -> tuple[int, ...] | None:
+        return self._counts.get(slot) if self.program.variable else None
+
     def run(self, slot: int = 0) -> None:
         self._poison(slot)
+        self._now = self._counts.get(slot, ())
         self.epoch += 1
         self._walk(slot)
 
