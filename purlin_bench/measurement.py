@@ -37,7 +37,7 @@ from purlin_bench.planner import plan
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
-from purlin_bench.spec.variable import draw_counts
+from purlin_bench.spec.variable import DISTRIBUTIONS, draw_counts
 from purlin_bench.timing import Timing
 
 # Rotate inputs over enough buffer sets that one call's data is not still in
@@ -144,17 +144,22 @@ class MeasurementService:
             raise CapacityError(why)
 
     def check(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False,
-              seed: int = 0, calls: int = 2, counts: str = "uniform") -> CheckResult:
+              seed: int = 0, calls: int = 2, counts: str = "all") -> CheckResult:
         """``calls`` calls on one buffer set (so epoch flags advance), each
         compared with the reference; the worst count of wrong elements.
         With variable sizes each call draws new counts from ``counts`` (a
-        distribution of spec/variable.py), so the calls differ in size."""
+        distribution of spec/variable.py; "all": each in turn, at least one
+        call each), so one prepared program runs calls of different sizes."""
         program = self.program(inst, config, dtype, redop, inplace)
         self._runnable(program)
         rng = np.random.default_rng(seed)
+        dists = DISTRIBUTIONS if counts == "all" else (counts,)
+        if program.variable:
+            calls = max(calls, len(dists))
+        drawn = iter(range(calls))
 
         def call_counts():
-            return draw_counts(inst, counts, rng) if program.variable else None
+            return draw_counts(inst, dists[next(drawn) % len(dists)], rng) if program.variable else None
 
         with self.backend.guard():
             runner = self.backend.prepare(program, 1, **dict(config.exec_params))

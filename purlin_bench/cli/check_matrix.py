@@ -26,6 +26,7 @@ from purlin_bench.inputs import exact_inputs
 from purlin_bench.measurement import MeasurementService
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
+from purlin_bench.spec.variable import DISTRIBUTIONS
 from purlin_bench.strategies import STRATEGIES
 from purlin_bench.sizes import counted
 
@@ -44,6 +45,9 @@ class Request:
     roots: tuple[int, ...] | None  # None: every root of a rooted collective
     redops: tuple[str, ...] | None  # None: each spec's own reduction
     inplace: tuple[bool, ...]
+    # How the calls of a collective whose sizes come per call draw their
+    # counts: a distribution of spec/variable.py, or "all" (one call each).
+    distribution: str = "all"
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class Combo:
     redop: str | None  # None for a copy
     strategy: str
     inplace: bool
+    counts: str | None = None  # variable sizes: how its calls drew their counts
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class Outcome:
             "redop": c.redop,
             "strategy": c.strategy,
             "inplace": c.inplace,
+            "counts": c.counts,
             "status": self.status,
             "steps": self.steps,
             "wrong": self.wrong,
@@ -125,6 +131,20 @@ def parse_strategies(text: str) -> tuple[str, ...] | None:
 
 def parse_dtypes(text: str) -> tuple[str, ...]:
     return parse_names(text, "--dtype", list(DTYPES), lambda n: resolve_dtype(n)[0]) or tuple(DTYPES)
+
+
+def parse_counts(text: str | None, specs: Sequence[CollectiveSpec]) -> str:
+    """--counts: one distribution of a call's counts, or 'all' (the default);
+    refused where no collective asked for takes counts, so it is never ignored."""
+    if text is None:
+        return "all"
+    word = text.strip()
+    if word not in ("all", *DISTRIBUTIONS):
+        raise PurlinError(f"unknown --counts '{text}' (known: all, {', '.join(DISTRIBUTIONS)})")
+    if not any(spec.variable for spec in specs):
+        raise PurlinError("--counts is for collectives whose sizes come per call (count: variable); "
+                          "none of those asked for is one")
+    return word
 
 
 def parse_redops(text: str | None) -> tuple[str, ...] | None:
@@ -184,7 +204,8 @@ def _expand_instance(request: Request, spec: CollectiveSpec, ranks: int, root: i
         for dtype in request.dtypes:
             itemsize = DTYPES[dtype].itemsize
             for redop in redops:
-                base = Combo(spec.name, ranks, root, count, dtype, redop, "-", False)
+                base = Combo(spec.name, ranks, root, count, dtype, redop, "-", False,
+                             request.distribution if spec.variable else None)
                 if itemsize not in instances:
                     instances[itemsize] = instantiate(spec, ranks, count, itemsize, root or 0)
                 inst = instances[itemsize]
@@ -240,7 +261,7 @@ class Runner:
         except PurlinError as exc:  # a strategy emitted a program the validator rejects: a bug to report
             return Outcome(c, ERROR, note=f"plan: {exc}")
         try:
-            result = service.check(job.inst, config, c.dtype, c.redop, c.inplace, seed=self.seed)
+            result = service.check(job.inst, config, c.dtype, c.redop, c.inplace, seed=self.seed, counts=c.counts or "all")
         except DistError:
             raise  # a lost rank ends the run: every later check would say the same
         except CapacityError as exc:  # --kernel compiled over a program past its build bound: the interpreter's to run

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from typing import Optional
 
 import typer
@@ -67,8 +68,11 @@ _STATUS_STYLE = {m.PASS: "green", m.FAIL: "bold red", m.ERROR: "bold red", m.NA:
 
 def results_table(outcomes: list[m.Outcome]) -> Table:
     table = Table(title="purlin check", title_justify="left")
-    for name in ("collective", "ranks", "root", "count", "dtype", "op", "strategy", "in-place", "steps", "#wrong",
-                 "status", "note"):
+    # A counts column only where a collective's sizes come per call: there
+    # the count is a chunk's capacity, and this says how each call drew its counts.
+    counts = any(o.combo.counts for o in outcomes)
+    for name in ("collective", "ranks", "root", "count", *(("counts",) if counts else ()), "dtype", "op", "strategy",
+                 "in-place", "steps", "#wrong", "status", "note"):
         table.add_column(name, justify="right" if name in ("ranks", "root", "count", "steps", "#wrong") else "left",
                          overflow="fold")
     for o in outcomes:
@@ -78,6 +82,7 @@ def results_table(outcomes: list[m.Outcome]) -> Table:
             str(c.ranks),
             _cell(c.root),
             str(c.count) if c.dtype != "-" else "-",
+            *((_cell(c.counts),) if counts else ()),
             c.dtype,
             c.redop or ("-" if c.dtype == "-" else "copy"),
             c.strategy,
@@ -132,9 +137,15 @@ def check(
                                         help="Rank counts, comma separated [default: 2,3,8; with --procs the run's]."),
     strategy: str = typer.Option("all", "--strategy", "-s", help="'all' (every strategy) or names, comma separated."),
     dtype: str = typer.Option("float32", "--dtype", "-d",
-                              help="'all' or dtypes, comma separated (float32, float64, float16, bfloat16, int32)."),
+                              help="'all' or dtypes, comma separated (float32, float64, float16, bfloat16, int32, "
+                                   "float8_e4m3fn, float8_e5m2)."),
     count: str = typer.Option("1001", "--count",
-                              help="Element counts, comma separated (see 'count' in README: per chunk or per buffer)."),
+                              help="Element counts, comma separated (see 'count' in README: per chunk or per buffer; "
+                                   "with sizes per call, the most one chunk holds)."),
+    counts: Optional[str] = typer.Option(None, "--counts",
+                                         help="Sizes per call (all-to-all-v, ...): how each call draws its counts, "
+                                              "0..--count each: uniform, skewed (as MoE routing), hot (one rank "
+                                              "takes everything), sparse (half 0) or all [default: all, a call each]."),
     root: str = typer.Option("all", "--root",
                              help="'all' (every rank) or roots, comma separated; rooted collectives only."),
     op: Optional[str] = typer.Option(None, "--op",
@@ -168,9 +179,9 @@ def check(
     devices = gpu_devices(gpus, chosen)
     check_mps(mps, procs)
     if procs is not None:
-        counts = int_list(procs, "--procs", minimum=1)
-        check_procs(counts, chosen, ranks, {"--json": as_json})
-        raise typer.Exit(launch(counts, devices, invocation, mps))
+        layouts = int_list(procs, "--procs", minimum=1)
+        check_procs(layouts, chosen, ranks, {"--json": as_json})
+        raise typer.Exit(launch(layouts, devices, invocation, mps))
     given = int_list(ranks, "--ranks", minimum=1) if ranks else None
     request = m.Request(
         specs=tuple(many_specs(collective, spec_files or [])),
@@ -182,6 +193,7 @@ def check(
         redops=m.parse_redops(op),
         inplace=_inplace_modes(inplace, inplace_mode),
     )
+    request = replace(request, distribution=m.parse_counts(counts, request.specs))
     check_check(request, chosen)  # bounds first: expand instantiates every combination
     items = list(m.expand(request))
     if not any(isinstance(item, m.Job) or item.failed for item in items):  # a refused spec is reported below

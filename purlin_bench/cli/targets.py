@@ -3,6 +3,7 @@ to a user's YAML (as COLLECTIVE or through ``--spec``), or ``all``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 from purlin_bench.errors import PurlinError
@@ -23,12 +24,16 @@ def one_spec(collective: str | None, spec_file: str | None) -> CollectiveSpec:
 
 
 def many_specs(collective: str | None, spec_files: Sequence[str]) -> list[CollectiveSpec]:
-    """COLLECTIVE (a name, a .yaml path or ``all``) plus every ``--spec`` file."""
+    """COLLECTIVE (a name, a .yaml path, a comma list of them, or ``all``)
+    plus every ``--spec`` file."""
     if not collective and not spec_files:
         raise PurlinError("missing COLLECTIVE (a built-in name, 'all', or a path to a .yaml spec; or use --spec FILE.yaml)")
     specs: list[CollectiveSpec] = []
     if collective == "all":
         specs.extend(load_all_builtin())
+    elif collective and "," in collective and not Path(collective).exists():
+        # A comma list of names or paths: 'all-gather-v,reduce-scatter-v,all-to-all-v'.
+        specs.extend(resolve(part.strip()) for part in collective.split(",") if part.strip())
     elif collective:
         specs.append(resolve(collective))
     specs.extend(load_spec_file(path) for path in spec_files)
