@@ -96,7 +96,7 @@ def bench(
     outputs.check_distinct(("--json", json_out), ("--csv", csv_out), ("--plot", plot_out))
     limits.check_choice(check, "--check", (0, 1))
     limits.check_plan_param("channels", channels, "--channels")
-    specs = many_specs(collective, spec_files or [])
+    specs = many_specs(collective, spec_files or [], timed=True)
     limits.check_bench(specs, maxbytes, backend, ranks, gpus, datatype, inplace)
     dtype, _ = resolve_dtype(datatype)
     if fmt not in FORMATS:

@@ -105,7 +105,7 @@ def tune(
     if timeout is not None and not (0 < timeout < float("inf")):
         raise PurlinError(f"--timeout must be a finite number of seconds > 0, got {timeout}")
     chosen = resolve_sweep(sweep)
-    specs = tuple(many_specs(collective, spec_files or []))
+    specs = tuple(many_specs(collective, spec_files or [], timed=True))
     check_mps(mps, procs)
     if procs is not None:
         counts = common.int_list(procs, "--procs", minimum=1)
