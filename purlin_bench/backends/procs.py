@@ -295,8 +295,12 @@ class DriverRunner:
         self.driver, self.rid, self.local = driver, rid, local
         self.program, self.sets = local.program, local.sets
 
-    def load(self, inputs, slot: int = 0) -> None:
-        self.local.load(inputs, slot)
+    def load(self, inputs, slot: int = 0, counts=None) -> None:
+        # A variable-size call's counts go with the inputs into the shared buffer set.
+        self.local.load(inputs, slot, **({} if counts is None else {"counts": counts}))
+
+    def loaded_counts(self, slot: int = 0):
+        return self.local.loaded_counts(slot)
 
     def run(self, slot: int = 0) -> None:
         try:

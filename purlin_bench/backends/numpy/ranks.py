@@ -63,15 +63,23 @@ class RankRunner:
         self._layout = self._buffer_layout()
         per_set = sum(n for _, n in self._layout.values()) or 1
         group = procs.group
-        mine = [Segment.create(procs.folder, f"{tag}-r{self.rank}-flags", 8 * max(1, program.flag_counts[self.rank]))]
+        # A rank's flag words, then (variable sizes) each buffer set's counts:
+        # they belong to the set, as on a GPU, so whoever loads the inputs
+        # (rank 0 driving the others) loads them for every rank.
+        ncounts = len(program.count_caps)
+        words = [max(1, program.flag_counts[r]) + self.sets * ncounts for r in range(program.ranks)]
+        mine = [Segment.create(procs.folder, f"{tag}-r{self.rank}-flags", 8 * words[self.rank])]
         mine += [Segment.create(procs.folder, f"{tag}-r{self.rank}-s{s}", per_set * self.dtype.itemsize) for s in range(self.sets)]
         self._segments += mine
         try:
             group.barrier(f"{tag}-created")
-            self.flags, self.memory = [], []
+            self.flags, self.memory, self.counts = [], [], []
             for r in range(program.ranks):
-                flags = mine[0] if r == self.rank else self._open(f"{tag}-r{r}-flags", 8 * max(1, program.flag_counts[r]))
-                self.flags.append(np.frombuffer(flags.buffer, dtype=np.uint64))
+                flags = mine[0] if r == self.rank else self._open(f"{tag}-r{r}-flags", 8 * words[r])
+                both = np.frombuffer(flags.buffer, dtype=np.uint64)
+                nflags = max(1, program.flag_counts[r])
+                self.flags.append(both[:nflags])
+                self.counts.append(both[nflags:].reshape(self.sets, ncounts))
                 sets_of_r = mine[1:] if r == self.rank else [self._open(f"{tag}-r{r}-s{s}", per_set * self.dtype.itemsize) for s in range(self.sets)]
                 self.memory.append([np.frombuffer(seg.buffer, dtype=self.dtype) for seg in sets_of_r])
             group.barrier(f"{tag}-mapped")
@@ -80,10 +88,7 @@ class RankRunner:
                 seg.unlink()  # every process has it mapped (or the run failed): no file outlives the run
         self.flags[self.rank][:] = 0
         self.heads = [0] * len(program.lists[self.rank])
-        # Variable sizes: every process loads the same counts (as the inputs)
-        # and keeps them per buffer set; the running call's resolve each slice.
-        self._counts: dict[int, tuple[int, ...]] = {}
-        self._now: tuple[int, ...] = ()
+        self._now: tuple[int, ...] = ()  # the running call's counts: they resolve each slice
 
     def _open(self, name: str, nbytes: int) -> Segment:
         seg = Segment.open(self.procs.folder, name, nbytes)
@@ -116,7 +121,9 @@ class RankRunner:
     # -- the port -------------------------------------------------------------
     def load(self, inputs: Sequence[np.ndarray], slot: int = 0, counts: Sequence[int] | None = None) -> None:
         check_inputs(self.program, inputs)
-        self._counts[slot] = check_counts(self.program, counts)
+        checked = check_counts(self.program, counts)
+        for r in range(self.program.ranks):
+            self.counts[r][slot % self.sets] = checked
         for r, x in enumerate(inputs):
             self.buffer(r, "in", slot)[...] = x
 
@@ -124,11 +131,13 @@ class RankRunner:
         return [self.buffer(r, "out", slot).copy() for r in range(self.program.ranks)]
 
     def loaded_counts(self, slot: int = 0) -> tuple[int, ...] | None:
-        return self._counts.get(slot) if self.program.variable else None
+        if not self.program.variable:
+            return None
+        return tuple(int(v) for v in self.counts[self.rank][slot % self.sets])
 
     def run(self, slot: int = 0) -> None:
         self._poison(slot)
-        self._now = self._counts.get(slot, ())
+        self._now = self.loaded_counts(slot) or ()
         self.epoch += 1
         self._walk(slot)
 
@@ -213,7 +222,7 @@ class RankRunner:
         return Call(lambda i: self.run(i % self.sets))
 
     def close(self) -> None:
-        self.flags, self.memory = [], []
+        self.flags, self.memory, self.counts = [], [], []
         for seg in self._segments:
             seg.close()
         self._segments.clear()
