@@ -11,8 +11,11 @@ from purlin_bench.backends.cupy.ipc_baseline import _KERNEL, tasks_of
 from purlin_bench.backends.cupy.lower import MAX_SRC
 from purlin_bench.spec import instantiate, load_all_builtin
 
+# The built-ins of fixed sizes (no baseline of sizes per call yet).
+FIXED = [s for s in load_all_builtin() if not s.variable]
 
-@pytest.mark.parametrize("spec", load_all_builtin(), ids=lambda s: s.name)
+
+@pytest.mark.parametrize("spec", FIXED, ids=lambda s: s.name)
 @pytest.mark.parametrize("ranks", [1, 2, 5, 8])
 def test_each_rank_pulls_exactly_its_outputs(spec, ranks):
     inst = instantiate(spec, ranks, 6, 4, ranks - 1 if spec.rooted else 0)

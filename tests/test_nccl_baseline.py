@@ -14,6 +14,9 @@ from purlin_bench.dtypes import accumulate, resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.spec import instantiate, load_all_builtin, load_spec_file
 
+# The built-ins of fixed sizes (no baseline of sizes per call yet).
+FIXED = [s for s in load_all_builtin() if not s.variable]
+
 OPS = {0: "sum", 1: "prod", 2: "max", 3: "min"}
 
 
@@ -65,7 +68,7 @@ def _run_group(calls, inst, inputs, dtype):
     return outs
 
 
-@pytest.mark.parametrize("spec", load_all_builtin(), ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", FIXED, ids=lambda s: s.name)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32"])
 def test_nccl_calls_compute_the_reference(spec, dtype):
     _, np_dtype = resolve_dtype(dtype)

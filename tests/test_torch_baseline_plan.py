@@ -15,6 +15,9 @@ from purlin_bench.inputs import exact_inputs
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 from purlin_bench.spec.loader import load_spec_file
 
+# The built-ins of fixed sizes (no baseline of sizes per call yet).
+FIXED = [s for s in load_all_builtin() if not s.variable]
+
 
 def of_array(idx: np.ndarray) -> IndexMap:
     """An IndexMap of a dense (sources, total) map: a run per element."""
@@ -34,7 +37,7 @@ def dense_affine(idx: np.ndarray, shape: tuple[int, ...]):
     return (base, tuple(strides)) if np.array_equal(grid, expect) else None
 
 
-@pytest.mark.parametrize("spec", load_all_builtin(), ids=lambda s: s.name)
+@pytest.mark.parametrize("spec", FIXED, ids=lambda s: s.name)
 @pytest.mark.parametrize("ranks", [1, 2, 3, 8])
 def test_the_index_map_computes_the_reference(spec, ranks):
     inst = instantiate(spec, ranks, 7, 4, ranks - 1 if spec.rooted else 0)
@@ -78,7 +81,7 @@ def test_affine_finds_zero_strides_and_refuses_a_permutation():
     assert affine(of_array(np.array([0, 2, 4, 7])), (4,)) is None
 
 
-SPECS = [*load_all_builtin(), load_spec_file(Path(__file__).resolve().parents[1] / "examples" / "ring-shift.yaml")]
+SPECS = [*FIXED, load_spec_file(Path(__file__).resolve().parents[1] / "examples" / "ring-shift.yaml")]
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
