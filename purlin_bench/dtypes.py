@@ -28,7 +28,8 @@ DTYPES: dict[str, np.dtype] = {
 # The fp8 types: one byte, reduced through float32 (accumulate).
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 # nccl-tests' short names, accepted on the command line.
-ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16", "int": "int32", "f32": "float32", "f16": "float16", "f64": "float64", "i32": "int32",
+ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16", "int": "int32",
+           "f32": "float32", "f16": "float16", "f64": "float64", "i32": "int32",
            "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "fp8": "float8_e4m3fn"}
 REDOPS = ("sum", "prod", "max", "min")
 

@@ -48,7 +48,8 @@ def test_check_table_has_a_counts_column_only_with_variable_sizes(capsys):
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (("check", "all-gather-v", "--counts", "zipf"), "unknown --counts 'zipf' (known: all, uniform, skewed, hot, sparse)"),
+    (("check", "all-gather-v", "--counts", "zipf"),
+     "unknown --counts 'zipf' (known: all, uniform, skewed, hot, sparse)"),
     (("check", "all-reduce", "--counts", "hot"), "--counts is for collectives whose sizes come per call"),
     (("show", "all-to-all-v", "--inplace"), "all-to-all-v has no in-place form"),
     (("bench", "all-to-all-v", "--backend", "numpy"), "variable-length collectives are not supported yet"),

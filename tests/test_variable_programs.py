@@ -104,7 +104,8 @@ def test_a_value_moved_between_slices_clipped_differently_is_rejected():
     clipped = (tuple(dataclasses.replace(r, var=k01) for r in step.srcs),
                tuple(dataclasses.replace(r, var=k01) for r in step.dsts))
     bad = _with(program, sid, Consume(step.waits, step.op, *clipped))  # consistent in itself, and right at capacity
-    with pytest.raises(ProgramInvalid, match=r"holds count 3's chunk .* \(a value must move between slices clipped alike\)"):
+    clipped_alike = r"holds count 3's chunk .* \(a value must move between slices clipped alike\)"
+    with pytest.raises(ProgramInvalid, match=clipped_alike):
         validate(bad, inst)
     counts = [16] * 16
     counts[k01] = 0  # the hop moves nothing, so rank 3 never gets chunk (0 -> 3)
@@ -113,7 +114,8 @@ def test_a_value_moved_between_slices_clipped_differently_is_rejected():
 
 @pytest.mark.parametrize(("edit", "message"), [
     (lambda r: dataclasses.replace(r, at=r.at + 1), "is not where count 0's chunk sits"),
-    (lambda r: dataclasses.replace(r, at=r.at + 1, offset=r.offset + 1), "clipped by different per-call counts or windows"),
+    (lambda r: dataclasses.replace(r, at=r.at + 1, offset=r.offset + 1),
+     "clipped by different per-call counts or windows"),
     (lambda r: dataclasses.replace(r, count=r.count + 1), "differ in size"),
     (lambda r: dataclasses.replace(r, var=None, base=()), "moves a fixed number of elements"),
     (lambda r: dataclasses.replace(r, var=99), "names a count the program does not have"),

@@ -61,7 +61,8 @@ def test_a_call_is_packed_and_its_reference_is_the_collective():
         sent = [x[j][n[j, :r].sum(): n[j, :r].sum() + n[j, r]] for j in range(R)]  # rank j's chunk for r
         assert np.array_equal(out[r], np.concatenate(sent))
     call = at_counts(inst, counts)
-    assert call.in_counts == tuple(int(v) for v in n.sum(axis=1)) and call.out_counts == tuple(int(v) for v in n.sum(axis=0))
+    assert call.in_counts == tuple(int(v) for v in n.sum(axis=1))
+    assert call.out_counts == tuple(int(v) for v in n.sum(axis=0))
     assert total(inst, counts) == sum(counts)
 
 

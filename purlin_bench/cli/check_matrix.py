@@ -261,7 +261,8 @@ class Runner:
         except PurlinError as exc:  # a strategy emitted a program the validator rejects: a bug to report
             return Outcome(c, ERROR, note=f"plan: {exc}")
         try:
-            result = service.check(job.inst, config, c.dtype, c.redop, c.inplace, seed=self.seed, counts=c.counts or "all")
+            result = service.check(job.inst, config, c.dtype, c.redop, c.inplace, seed=self.seed,
+                                   counts=c.counts or "all")
         except DistError:
             raise  # a lost rank ends the run: every later check would say the same
         except CapacityError as exc:  # --kernel compiled over a program past its build bound: the interpreter's to run

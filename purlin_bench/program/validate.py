@@ -349,9 +349,9 @@ class _Validator:
                 if seg.term is None:
                     raise self.fail(sid, f"reads {ref.text()}, which holds nothing yet at [{seg.start}:{seg.end}) (missing stage?)")
                 if ref.var is not None and seg.tag is not None and seg.tag != (ref.var, ref.at - off):
-                    raise self.fail(sid, f"reads {ref.text()}, whose [{seg.start}:{seg.end}) holds count {seg.tag[0]}'s "
-                                         f"chunk from position {seg.start + seg.tag[1]}: at some counts it was never "
-                                         "written (a value must move between slices clipped alike)")
+                    raise self.fail(sid, f"reads {ref.text()}, whose [{seg.start}:{seg.end}) holds count "
+                                         f"{seg.tag[0]}'s chunk from position {seg.start + seg.tag[1]}: at some "
+                                         "counts it was never written (a value must move between slices clipped alike)")
                 if not self.hb(seg.writer, k):
                     wsid = self.order[seg.writer][0]
                     raise self.fail(sid, f"reads {ref.text()}, written by {wsid.text()} with no notify between them")

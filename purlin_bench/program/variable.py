@@ -100,7 +100,9 @@ def ref_problem(program: Program, ref: Ref, moves: bool) -> str | None:
     destination only says its input is staged in place)."""
     caps = program.count_caps
     if not program.variable:
-        return f"{ref.text()} has sizes that move with per-call counts, in a fixed-size program" if ref.symbolic else None
+        if ref.symbolic:
+            return f"{ref.text()} has sizes that move with per-call counts, in a fixed-size program"
+        return None
     if any(not 0 <= b < len(caps) for b in ref.base) or ref.var is not None and not 0 <= ref.var < len(caps):
         return f"{ref.text()} names a count the program does not have (it has {len(caps)})"
     if ref.var in ref.base or len(set(ref.base)) != len(ref.base):
@@ -112,7 +114,8 @@ def ref_problem(program: Program, ref: Ref, moves: bool) -> str | None:
     if ref.var is not None and (ref.at < 0 or ref.at + ref.count > caps[ref.var]):
         return f"{ref.text()}: window [{ref.at}:{ref.at + ref.count}) lies outside count {ref.var}'s 0..{caps[ref.var]}"
     if moves and ref.var is None and ref.count:
-        return f"{ref.text()} moves a fixed number of elements in a variable-size program (whose chunks change size each call)"
+        return (f"{ref.text()} moves a fixed number of elements in a variable-size program "
+                "(whose chunks change size each call)")
     return None
 
 
