@@ -58,8 +58,12 @@ def show(
         return
     if source:
         from purlin_bench.backends import AUTO_ORDER, backend_class
+        from purlin_bench.backends.port import unsupported
 
         gpu = backend_class(AUTO_ORDER[0])  # the GPU backend; its source needs no GPU
+        why = unsupported(gpu, program)  # sizes per call, fp8: lowered as fixed ones they would print wrong code
+        if why:
+            raise PurlinError(f"--source: {why}")
         print(gpu(ranks).source(program, blocks=blocks, unroll=unroll, kernel="compiled"), end="")
         return
     console.print(render_rich(program))
