@@ -5,6 +5,7 @@ shows them, show prints a program with symbolic sizes, check draws counts
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,13 @@ def test_check_table_has_a_counts_column_only_with_variable_sizes(capsys):
 ])
 def test_what_is_not_supported_is_one_line(capsys, args, fragment):
     assert_one_line_error(*purlin(capsys, *args), fragment)
+
+
+def test_a_users_own_variable_collective_from_examples(capsys):
+    path = str(Path(__file__).resolve().parent.parent / "examples" / "ring-shift-v.yaml")
+    code, out, _ = purlin(capsys, "check", path, "--ranks", "1,2,3,8", "--dtype", "float32,float8_e5m2",
+                          "--count", "0,1001", "--no-inplace", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["summary"]["failed"] == 0 and data["summary"]["passed"] == 4 * 2 * 2 * 4
+    code, out, _ = purlin(capsys, "show", path, "--ranks", "3", "--count", "64", "--strategy", "ring")
+    assert code == 0 and "n0 = c(0), n1 = c(1), n2 = c(2)" in out
