@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from purlin_bench.backends.numpy.executor import NumpyRunner
-from purlin_bench.backends.port import run_once
 from purlin_bench.check import compare
 from purlin_bench.errors import CountsError, PlanError, SpecError
 from purlin_bench.planner import plan
