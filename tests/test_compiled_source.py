@@ -170,7 +170,7 @@ def test_where_a_barrier_is_left_out_no_element_changes_thread(collective, strat
                 since: list[int] = []
                 previous = ""
                 for line in case.splitlines():
-                    if "__syncthreads()" in line:
+                    if "__syncthreads(" in line or "__syncthreads_or(" in line:  # a wait's barrier is an _or
                         since = []
                     elif "move_op<" in line:
                         # a compiler fence keeps program order where no barrier does
@@ -193,21 +193,28 @@ def test_where_a_barrier_is_left_out_no_element_changes_thread(collective, strat
 
 
 @pytest.mark.parametrize(("collective", "strategy"), [("all-gather", "direct"), ("all-reduce", "ring"), ("all-to-all", "two-shot")])
-def test_the_abort_word_alternates_with_each_wait_so_no_thread_reads_a_word_being_set(collective, strategy):
-    """Launches of one rank keep their waits (the call protocol): thread 0
-    may write wait w+1's word while a slow thread reads wait w's, so the
-    words must alternate by wait, whatever ops come between."""
+def test_every_flag_of_a_wait_or_notify_has_a_thread_of_its_own(collective, strategy):
+    """Launches of one rank keep their waits and notifies (the call
+    protocol), on every peer at once: thread w waits on flag w and thread k
+    bumps flag k, and every wait ends in a barrier that tells every thread
+    whether any of them left an aborted call (no shared word to race on)."""
     program = program_of(collective, strategy, 3, "float32")
     layout = BaseLayout.of(program, 4)
-    waits_seen = 0
+    waits_seen = notifies_seen = 0
     for rank in range(3):
         low = lower(program, [rank], False, "sm", flag_id)
         body = generate(low, 3, 1, source_text(), layout).split("switch (blockIdx.x / B) {", 1)[1]
-        for case in body.split("  case ")[1:]:
-            words = [int(m) for m in re.findall(r"s_abort\[(\d)\] = purlin_wait", case)]
-            assert words == [w & 1 for w in range(len(words))]
-            waits_seen += len(words)
-    assert waits_seen > 3
+        assert "s_abort" not in body
+        for line in body.splitlines():
+            if "purlin_wait<" in line:
+                n = int(re.search(r"purlin_wait<(\d+)>", line).group(1))
+                assert line.count(" + ") >= n and "if (__syncthreads_or(left))" in line.split("purlin_wait<", 1)[1]
+                waits_seen += 1
+            if "red_release(" in line and line.count("red_release(") > 1:
+                n = int(re.search(r"if \(threadIdx.x < (\d+)\)", line).group(1))
+                assert [int(t) for t in re.findall(r"if \(threadIdx.x == (\d+)\) red_release", line)] == list(range(n))
+                notifies_seen += 1
+    assert waits_seen > 3 and (notifies_seen > 0 or strategy != "direct")  # direct: every peer's ready at once
 
 
 def test_the_layout_knows_in_place_aliasing_and_each_base_alignment():
@@ -287,7 +294,7 @@ def test_jitter_adds_delays_and_nothing_else(collective, strategy, ranks, dtype)
     assert len(re.findall(r"jitter\(epoch, \d+, 1\); u64\* const w", body)) == body.count("purlin_wait<")  # before each wait
     assert len(re.findall(r"jitter\(epoch, \d+, 2\); fence_release\(\)", body)) == body.count("fence_release()")  # each notify
     stripped = re.sub(r"    jitter\(epoch, \d+, 0\);\n", "", _signature_and_body(shaken)[1])
-    stripped = re.sub(r"jitter\(epoch, \d+, [12]\); ", "", stripped)
+    stripped = re.sub(r"(if \(threadIdx.x == 0\) )?jitter\(epoch, \d+, [12]\); ", "", stripped)
     assert stripped.replace("  const u64 epoch = epochs[blockIdx.x];  // the jitter's key; nothing else counts calls here\n", "  (void)epochs;\n") == _signature_and_body(plain)[1]
 
 

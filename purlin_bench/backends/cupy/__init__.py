@@ -139,7 +139,10 @@ class CupyBackend(Backend):
                 return RunConfig.make(config.strategy, plan, {"datapath": "ce"})
         largest = max(*inst.in_counts, *inst.out_counts) * inst.itemsize
         kernel = {}
-        if self.fused and largest <= COMPILED_MAX_BYTES and inst.ranks <= COMPILED_MAX_RANKS and self._compiles(inst, config):
+        # Ranks as processes too: their waits and notifies on every peer go
+        # at once there (compiled.py), one at a time in the interpreter.
+        one_gpu_or_procs = self.fused or self.procs is not None
+        if one_gpu_or_procs and largest <= COMPILED_MAX_BYTES and inst.ranks <= COMPILED_MAX_RANKS and self._compiles(inst, config):
             kernel = {"kernel": "compiled", **({"threads": 128} if largest <= COMPILED_SMALL_BYTES else {})}
         if inst.op == "reduce":
             return RunConfig.make(config.strategy, plan, kernel)

@@ -73,16 +73,19 @@ _PROLOGUE = r"""
 #define PURLIN_MIN_BLOCKS (512 / PURLIN_MAX_THREADS > 0 ? 512 / PURLIN_MAX_THREADS : 1)
 #endif
 
-// Thread 0 waits for each flag to reach `target`, bounded as the
-// interpreter's waits are; 1 when the call aborted (this wait timed out, or
-// another's did).
+// Thread w < N waits for flag w to reach `target`, all at once: a rank that
+// waits on every peer pays one flag round trip, not one a peer in turn
+// (issue 30: at 8 processes under MPS the serial waits were most of a small
+// call). Bounded as the interpreter's waits are; 1 when the call aborted
+// (this wait timed out, or another's did).
 template <int N>
 __device__ __forceinline__ int purlin_wait(u64* const (&flags)[N], const int (&ids)[N], u64 target, u64 timeout_ns,
                                            int* abort_flag, i64* status, int rank, int channel, int step) {
-    // Unrolled: the flags' addresses then stay in registers (a rolled loop
-    // indexes the array, which puts it in local memory).
+    // Unrolled, each thread taking its own: the flags' addresses then stay
+    // in registers (indexing the array by thread would put it in local memory).
 #pragma unroll
     for (int w = 0; w < N; ++w) {
+        if (threadIdx.x != w) continue;
         u64 start = now_ns(), seen = 0;
         for (u32 spin = 1;; ++spin) {
             seen = ld_acquire(flags[w]);
@@ -177,24 +180,32 @@ def _flags(ids: Sequence[int]) -> str:
     return ", ".join(f"f{int(i) >> 20} + {int(i) & 0xFFFFF}" for i in ids)
 
 
-def _wait_code(op, h: int, rank: int, channel: int, jitter: bool = False) -> str:
+def _wait_code(op, rank: int, channel: int, jitter: bool = False) -> str:
+    """Threads 0..N-1 wait on the op's N flags at once; the barrier after
+    tells every thread whether any of them left an aborted call."""
     ids = [int(x) for x in op["wait_id"][: int(op["nwait"])]]
+    n, step = len(ids), int(op["step"])
     return (
-        (f"jitter(epoch, {int(op['step'])}, 1); " if jitter else "")
-        + f"u64* const w[{len(ids)}] = {{{_flags(ids)}}}; const int id[{len(ids)}] = {{{', '.join(map(str, ids))}}};"
-        f" s_abort[{h}] = purlin_wait<{len(ids)}>(w, id, target, timeout_ns, abort_flag, status, {rank}, {channel}, {int(op['step'])});"
+        "    { "
+        + (f"if (threadIdx.x == 0) jitter(epoch, {step}, 1); " if jitter else "")
+        + f"u64* const w[{n}] = {{{_flags(ids)}}}; const int id[{n}] = {{{', '.join(map(str, ids))}}};"
+        f" const int left = purlin_wait<{n}>(w, id, target, timeout_ns, abort_flag, status, {rank}, {channel}, {step});"
+        " if (__syncthreads_or(left)) { if (threadIdx.x == 0) mark_aborted(status); return; } }"
     )
 
 
 def _notify_code(op, jitter: bool = False) -> list[str]:
+    """Thread k bumps flag k, each after its own fence, all at once."""
     ids = [int(x) for x in op["notify"][: int(op["nnotify"])]]
     if not ids:
         return []
-    delay = f"jitter(epoch, {int(op['step'])}, 2); " if jitter else ""
-    return [
-        "    __syncthreads();  // the whole block's writes happen before the release",
-        f"    if (threadIdx.x == 0) {{ {delay}fence_release(); {' '.join(f'red_release({_flags([i])});' for i in ids)} }}",
-    ]
+    barrier = "    __syncthreads();  // the whole block's writes happen before the release"
+    if len(ids) == 1:
+        delay = f"jitter(epoch, {int(op['step'])}, 2); " if jitter else ""
+        return [barrier, f"    if (threadIdx.x == 0) {{ {delay}fence_release(); red_release({_flags(ids)}); }}"]
+    delay = f"if (threadIdx.x == 0) jitter(epoch, {int(op['step'])}, 2); " if jitter else ""
+    bumps = " ".join(f"if (threadIdx.x == {k}) red_release({_flags([i])});" for k, i in enumerate(ids))
+    return [barrier, f"    if (threadIdx.x < {len(ids)}) {{ {delay}fence_release(); {bumps} }}"]
 
 
 def _what(op) -> str:
@@ -235,7 +246,6 @@ def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: Base
     start, before each wait and before each notify, and no barrier."""
     lines: list[str] = []
     moved: list = []  # ops since the last barrier
-    waits = 0
     for k in range(begin, end):
         op = ops[k]
         kind, count = int(op["op"]), int(op["count"])
@@ -244,13 +254,7 @@ def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: Base
         if jitter:
             lines.append(f"    jitter(epoch, {int(op['step'])}, 0);")
         if nwait:
-            # s_abort by the parity of the group's waits: thread 0 sets wait
-            # w+1's word while a slower thread may still read wait w's, but
-            # every wait has a barrier, so never wait w-1's.
-            h, waits = waits & 1, waits + 1
-            lines.append(f"    if (threadIdx.x == 0) {{ {_wait_code(op, h, rank, channel, jitter)} }}")
-            lines.append("    __syncthreads();")
-            lines.append(f"    if (s_abort[{h}]) {{ if (threadIdx.x == 0) mark_aborted(status); return; }}")
+            lines.append(_wait_code(op, rank, channel, jitter))
             moved = []
         elif kind != OP_NONE and not _ordered_without_barrier(moved, op, layout):
             lines.append("    __syncthreads();  // this op reads or writes elements another thread moved")
@@ -292,8 +296,6 @@ def generate(
     ops = lowered.ops
     flagged = bool(len(ops)) and bool((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any())
     out = [f"  const int B = {blocks};"]
-    if len(ops) and (ops["nwait"] > 0).any():
-        out.append("  __shared__ int s_abort[2];")
     out.append("  const int bi = blockIdx.x % B;")
     if flagged:
         out.append("  const u64 epoch = epochs[blockIdx.x] + 1;")
