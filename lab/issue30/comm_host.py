@@ -1,0 +1,72 @@
+"""Host time per eager call of the Communicator against x.add(1), and its time
+per call replayed from a CUDA graph, in the same processes (issue 30).
+
+    torchrun --nproc-per-node N lab/issue30/comm_host.py [--bytes 16] [--calls 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+from purlin_bench.torch import Communicator
+
+
+def host_us(fn, calls: int) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    took = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return took / calls * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bytes", type=int, default=16)
+    ap.add_argument("--calls", type=int, default=2000)
+    args = ap.parse_args()
+    dist.init_process_group("gloo")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    torch.cuda.set_device(0)
+    comm = Communicator()
+    n = max(size, args.bytes // 4)
+    x = torch.ones(n, device="cuda")
+    out = torch.empty_like(x)
+    for _ in range(20):
+        comm.all_reduce(x, out=out)
+    rows = {}
+    for rep in range(3):
+        dist.barrier()
+        rows.setdefault("comm", []).append(host_us(lambda: comm.all_reduce(x, out=out), args.calls))
+        dist.barrier()
+        rows.setdefault("add", []).append(host_us(lambda: x.add(1), args.calls))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(100):
+            comm.all_reduce(x, out=out)
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(10):
+        dist.barrier()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / 100)
+    comm.check()
+    c, d = statistics.median(rows["comm"]), statistics.median(rows["add"])
+    print(f"comm-host: rank {rank} of {size}, {n * 4} B: eager all_reduce {c:.1f} us host a call, x.add(1) {d:.1f} us "
+          f"({c / d:.2f}x); graph {statistics.median(times):.2f} us a call", flush=True)
+    comm.close()
+
+
+if __name__ == "__main__":
+    main()
