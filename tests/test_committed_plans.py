@@ -25,7 +25,9 @@ PLANS = sorted(RESULTS.glob("*/*.json"))
 
 def test_h200_has_a_plan_for_every_collective_and_dtype():
     names = {p.name for p in PLANS if p.parent.name == "h200"}
-    want = {f"{c.stem}-8vr-{d}.json" for c in (RESULTS.parent / "collectives").glob("*.yaml") for d in ("float32", "bfloat16")}
+    # Collectives whose sizes come per call are tuned in issue 31's GPU phase, not yet.
+    fixed = [c.stem for c in (RESULTS.parent / "collectives").glob("*.yaml") if not load_builtin(c.stem).variable]
+    want = {f"{c}-8vr-{d}.json" for c in fixed for d in ("float32", "bfloat16")}
     assert len(want) == 16
     assert want <= names, sorted(want - names)
 
