@@ -223,9 +223,6 @@ def test_install_hints_name_the_checkout_not_a_package_index_name():
     assert not _hints(mine)
 
 
-@pytest.mark.xfail(reason="purlin_bench/backends/cupy/device.py and purlin_bench/torch/__init__.py still say "
-                          "pip install 'purlin-bench[...]'; their owners change them to pip install -e '.[...]'",
-                   strict=False)
 def test_install_hints_in_the_backend_and_torch_modules():
     package = Path(__file__).resolve().parent.parent / "purlin_bench"
     assert not _hints([package / p for p in _FOREIGN_OWNERS])

@@ -38,7 +38,7 @@ def _torch():
         import torch
         import torch.distributed as tdist
     except ImportError as exc:
-        raise PurlinError(f"purlin_bench.torch needs torch (pip install 'purlin-bench[torch]'): {exc}") from None
+        raise PurlinError(f"purlin_bench.torch needs torch (in a checkout: pip install -e '.[torch]'): {exc}") from None
     return torch, tdist
 
 

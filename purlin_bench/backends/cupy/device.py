@@ -27,7 +27,7 @@ def fingerprint(ranks: int, gpus: tuple[int, ...] | None, procs: tuple[int, int]
     try:
         import cupy  # here: machines that only read plans never need it
     except ImportError:
-        raise PurlinError("the cupy backend needs CuPy (pip install 'purlin-bench[cuda13]')") from None
+        raise PurlinError("the cupy backend needs CuPy (in a checkout: pip install -e '.[cuda13]')") from None
 
     runtime = cupy.cuda.runtime
     devices = gpus or (0,)
