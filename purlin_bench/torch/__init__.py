@@ -58,10 +58,19 @@ class Communicator:
     """purlin's eight collectives over the ranks of a torch ProcessGroup
     (default: the default group), each rank a process on a GPU of one host."""
 
-    def __init__(self, group: Any = None, max_bytes: int = 8 << 20, plan_dir: Any = None, timeout_s: float = 20.0, debug: bool = False):
+    def __init__(
+        self,
+        group: Any = None,
+        max_bytes: int = 8 << 20,
+        plan_dir: Any = None,
+        timeout_s: float = 20.0,
+        debug: bool = False,
+    ):
         torch, tdist = _torch()
         if not tdist.is_available() or not tdist.is_initialized():
-            raise PurlinError("Communicator needs torch.distributed initialized first (torch.distributed.init_process_group)")
+            raise PurlinError(
+                "Communicator needs torch.distributed initialized first (torch.distributed.init_process_group)"
+            )
         if not torch.cuda.is_available():
             raise PurlinError("Communicator needs a CUDA GPU visible to torch")
         from purlin_bench.backends.procs import Procs
@@ -80,7 +89,15 @@ class Communicator:
         cls = gpu_backend()  # before any rank waits on another: every rank fails alike here
         self.group, self._server = join_group(tdist, group, self.rank, self.size, self.timeout_s)
         try:
-            procs = Procs(self.group, self.rank, self.size, self.device, Path(tempfile.gettempdir()), "torch", watchdog_s=self.timeout_s)
+            procs = Procs(
+                self.group,
+                self.rank,
+                self.size,
+                self.device,
+                Path(tempfile.gettempdir()),
+                "torch",
+                watchdog_s=self.timeout_s,
+            )
             self.backend = cls(self.size, None, 0, procs=procs)
             with self.backend.guard():
                 world = self.backend.world  # collective: every rank's device
@@ -234,7 +251,8 @@ class Communicator:
         collective, n_in, n_out, dtype, op, root = key
         if self._torch.cuda.is_current_stream_capturing():
             raise PurlinError(
-                f"{collective} of {n_in} {dtype} elements is not prepared: call it once eagerly (on every rank) before CUDA graph capture"
+                f"{collective} of {n_in} {dtype} elements is not prepared: call it once eagerly (on every rank) "
+                f"before CUDA graph capture"
             )
         spec = self._spec(collective)
         redop = op if spec.op == "reduce" else None
@@ -257,8 +275,13 @@ class Communicator:
         if errors:
             raise PurlinError("; ".join(f"rank {r}: {f}" for r, f in errors))
         if any(i != ident for i, _, _ in said):
-            which = "; ".join(f"rank {r}: {i[0]} count {i[1]} {i[2]} {i[3] or ''} root {i[4]}" for r, (i, _, _) in enumerate(said))
-            raise PurlinError(f"the ranks prepared different collectives at the same point ({which}): every rank must make the same calls in the same order")
+            which = "; ".join(
+                f"rank {r}: {i[0]} count {i[1]} {i[2]} {i[3] or ''} root {i[4]}" for r, (i, _, _) in enumerate(said)
+            )
+            raise PurlinError(
+                f"the ranks prepared different collectives at the same point ({which}): every rank must make the "
+                f"same calls in the same order"
+            )
         config = said[0][1]
         from purlin_bench.measurement import MeasurementService
 

@@ -55,7 +55,9 @@ def gpu_backend() -> type[Backend]:
     raise PurlinError(f"no GPU backend can run here ({'; '.join(why) or 'none runs one process per rank'})")
 
 
-def count_for(spec: CollectiveSpec, size: int, rank: int, root: int, itemsize: int, n_in: int, n_out: int | None) -> Instance:
+def count_for(
+    spec: CollectiveSpec, size: int, rank: int, root: int, itemsize: int, n_in: int, n_out: int | None
+) -> Instance:
     """The instance of ``spec`` whose rank-``rank`` input holds ``n_in``
     elements (and output ``n_out``, when given). A rank that sends nothing
     (non-roots of broadcast and scatter) takes the count from ``n_out``, else
@@ -79,7 +81,10 @@ def count_for(spec: CollectiveSpec, size: int, rank: int, root: int, itemsize: i
         fits = inst.out_counts[rank] == n_out
     if not fits:
         outs = "" if n_out is None else f" and an output of {n_out}"
-        raise PurlinError(f"{spec.name} on {size} ranks (rank {rank}, root {root}): an input of {n_in} elements{outs} fits no count (a positive multiple of {per} is needed)")
+        raise PurlinError(
+            f"{spec.name} on {size} ranks (rank {rank}, root {root}): an input of {n_in} elements{outs} fits no "
+            f"count (a positive multiple of {per} is needed)"
+        )
     return inst
 
 
@@ -116,7 +121,10 @@ class Configs:
         where = f"{spec.name} {dtype} on {self.here.gpu_type}, {self.layout}"
         hint = f"purlin tune {spec.name} --dtype {dtype} --procs {self.size}"
         if not path.exists():
-            _note(f"purlin_bench.torch: no tuned plan for {where} ({path} does not exist): using the default configuration (tune one: {hint})")
+            _note(
+                f"purlin_bench.torch: no tuned plan for {where} ({path} does not exist): using the default "
+                f"configuration (tune one: {hint})"
+            )
             return None
         try:
             plan = load_plan_file(path, spec)
@@ -126,7 +134,10 @@ class Configs:
         differences = plan.fingerprint.differences(self.here)
         if differences or plan.ranks != self.size:
             why = "; ".join(differences) or f"{plan.ranks} ranks vs {self.size}"
-            _note(f"purlin_bench.torch: {path} was tuned elsewhere ({why}): using the default configuration (tune one: {hint})")
+            _note(
+                f"purlin_bench.torch: {path} was tuned elsewhere ({why}): using the default configuration (tune one: "
+                f"{hint})"
+            )
             return None
         return TunedCollective(plan, spec, self.backend.name, str(path))
 

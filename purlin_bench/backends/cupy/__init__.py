@@ -51,7 +51,16 @@ class CupyBackend(Backend):
     params = PARAMS
     runs_in_procs = True
 
-    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, procs: Any = None, timeout_s: float | None = None, split_launches: bool = False, settings: KernelSettings | None = None):
+    def __init__(
+        self,
+        ranks: int,
+        gpus: tuple[int, ...] | None = None,
+        seed: int = 0,
+        procs: Any = None,
+        timeout_s: float | None = None,
+        split_launches: bool = False,
+        settings: KernelSettings | None = None,
+    ):
         super().__init__(ranks, gpus, seed, procs)
         if timeout_s is None:
             # Ranks in processes time-slice one GPU (milliseconds a wait):
@@ -142,7 +151,12 @@ class CupyBackend(Backend):
         # Ranks as processes too: their waits and notifies on every peer go
         # at once there (compiled.py), one at a time in the interpreter.
         one_gpu_or_procs = self.fused or self.procs is not None
-        if one_gpu_or_procs and largest <= COMPILED_MAX_BYTES and inst.ranks <= COMPILED_MAX_RANKS and self._compiles(inst, config):
+        if (
+            one_gpu_or_procs
+            and largest <= COMPILED_MAX_BYTES
+            and inst.ranks <= COMPILED_MAX_RANKS
+            and self._compiles(inst, config)
+        ):
             kernel = {"kernel": "compiled", **({"threads": 128} if largest <= COMPILED_SMALL_BYTES else {})}
         if inst.op == "reduce":
             return RunConfig.make(config.strategy, plan, kernel)
@@ -188,7 +202,16 @@ class CupyBackend(Backend):
             for unroll in choices["unroll"]:
                 for block in choices["threads"]:
                     for copy_only in (False, True):
-                        snac_kernel(dtype, redop or "sum", unroll, block, device, sys_scope, copy_only, self.settings.defines(copy_only, block))
+                        snac_kernel(
+                            dtype,
+                            redop or "sum",
+                            unroll,
+                            block,
+                            device,
+                            sys_scope,
+                            copy_only,
+                            self.settings.defines(copy_only, block),
+                        )
                         built += 1
         return built
 
@@ -240,7 +263,9 @@ class CupyBackend(Backend):
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> CupyRunner:
         checked = check_params(type(self), params)
         with device_errors():
-            return CupyRunner(self.world, program, timeout_s=self.timeout_s, sets=sets, settings=self.settings, **checked)
+            return CupyRunner(
+                self.world, program, timeout_s=self.timeout_s, sets=sets, settings=self.settings, **checked
+            )
 
     def source(self, program: Program, bounded: bool = True, **params: Any) -> str:
         """The compiled datapath's CUDA C++ for ``program`` on virtual ranks
@@ -249,16 +274,43 @@ class CupyBackend(Backend):
         ``bounded=False`` past the build bound too (to time such builds)."""
         from purlin_bench.backends.cupy.atoms import compile_options, source_text
         from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, BaseLayout, generate, with_options
-        from purlin_bench.backends.cupy.executor import copies_only, data_blocks, group_blocks, sizing_lowerings, useful_blocks
+        from purlin_bench.backends.cupy.executor import (
+            copies_only,
+            data_blocks,
+            group_blocks,
+            sizing_lowerings,
+            useful_blocks,
+        )
 
         checked = check_params(type(self), params)
         low = sizing_lowerings(program, True, checked["datapath"])[0]
         itemsize = resolve_dtype(program.dtype)[1].itemsize
         auto = data_blocks([low], itemsize, self.settings.auto_block_bytes)
-        blocks = group_blocks(checked["blocks"], auto, useful_blocks([low], itemsize, checked["threads"]), self.settings.cap_blocks)
+        blocks = group_blocks(
+            checked["blocks"], auto, useful_blocks([low], itemsize, checked["threads"]), self.settings.cap_blocks
+        )
         copy_only = self.settings.copy_only_build and copies_only([low])
-        options = compile_options(program.dtype, program.redop or "sum", checked["unroll"], checked["threads"], False, copy_only, self.settings.defines(copy_only, checked["threads"]))
-        return with_options(options, generate(low, program.ranks, blocks, source_text(), BaseLayout.of(program, itemsize), MAX_BUILD_WEIGHT if bounded else None, jitter=bool(self.settings.jitter_ns)))
+        options = compile_options(
+            program.dtype,
+            program.redop or "sum",
+            checked["unroll"],
+            checked["threads"],
+            False,
+            copy_only,
+            self.settings.defines(copy_only, checked["threads"]),
+        )
+        return with_options(
+            options,
+            generate(
+                low,
+                program.ranks,
+                blocks,
+                source_text(),
+                BaseLayout.of(program, itemsize),
+                MAX_BUILD_WEIGHT if bounded else None,
+                jitter=bool(self.settings.jitter_ns),
+            ),
+        )
 
     def reference(self, runner: CupyRunner, inst: Instance, inputs: Sequence[np.ndarray]):
         from purlin_bench.backends.cupy.check import DeviceReference
@@ -270,7 +322,9 @@ class CupyBackend(Backend):
         from purlin_bench.backends.cupy.timing import time_side_by_side
 
         with device_errors():
-            return time_side_by_side(candidates, self.world.devices[0], policy.iters, policy.warmup, policy.reps, policy.graph, between)
+            return time_side_by_side(
+                candidates, self.world.devices[0], policy.iters, policy.warmup, policy.reps, policy.graph, between
+            )
 
 
 def _has_torch() -> bool:

@@ -22,7 +22,15 @@ def source_text() -> str:
     return (data_dir("atoms") / SOURCE).read_text()
 
 
-def compile_options(dtype: str, redop: str, unroll: int, max_threads: int, sys_scope: bool = True, copy_only: bool = False, defines: tuple[str, ...] = ()) -> tuple[str, ...]:
+def compile_options(
+    dtype: str,
+    redop: str,
+    unroll: int,
+    max_threads: int,
+    sys_scope: bool = True,
+    copy_only: bool = False,
+    defines: tuple[str, ...] = (),
+) -> tuple[str, ...]:
     """nvrtc options of one variant; ``defines`` (KernelSettings.defines())
     come last, so an experiment may override a switch's default."""
     return (
@@ -38,7 +46,16 @@ def compile_options(dtype: str, redop: str, unroll: int, max_threads: int, sys_s
 
 
 @lru_cache(maxsize=None)
-def snac_kernel(dtype: str, redop: str, unroll: int, max_threads: int, device: int, sys_scope: bool = True, copy_only: bool = False, defines: tuple[str, ...] = ()):
+def snac_kernel(
+    dtype: str,
+    redop: str,
+    unroll: int,
+    max_threads: int,
+    device: int,
+    sys_scope: bool = True,
+    copy_only: bool = False,
+    defines: tuple[str, ...] = (),
+):
     """The compiled `snac_run` kernel for one variant, on one device. Flags
     need system scope only when some peer is another GPU; ``copy_only``
     leaves the reduce code out (programs whose every op is a copy)."""
@@ -46,7 +63,10 @@ def snac_kernel(dtype: str, redop: str, unroll: int, max_threads: int, device: i
 
     with cupy.cuda.Device(device):
         try:
-            module = cupy.RawModule(code=source_text(), options=compile_options(dtype, redop, unroll, max_threads, sys_scope, copy_only, defines))
+            module = cupy.RawModule(
+                code=source_text(),
+                options=compile_options(dtype, redop, unroll, max_threads, sys_scope, copy_only, defines),
+            )
             return module.get_function("snac_run")
         except cupy.cuda.compiler.CompileException as exc:
             first = next((line for line in str(exc).splitlines() if "error" in line), str(exc).splitlines()[0])

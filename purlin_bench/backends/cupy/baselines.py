@@ -22,7 +22,15 @@ _UFUNCS = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum"}
 
 
 class CupyBaseline:
-    def __init__(self, inst: Instance, inputs_of: Callable[[int, int], object], storage: np.dtype, dtype_name: str, redop: str | None, device: int = 0):
+    def __init__(
+        self,
+        inst: Instance,
+        inputs_of: Callable[[int, int], object],
+        storage: np.dtype,
+        dtype_name: str,
+        redop: str | None,
+        device: int = 0,
+    ):
         """``inputs_of(slot, rank)`` gives the device input array of a rank in a buffer set."""
         import cupy
 

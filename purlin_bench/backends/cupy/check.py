@@ -35,7 +35,14 @@ class DeviceReference:
         self._nccl = None
         with cupy.cuda.Device(device):
             if runner.world.fused:
-                self._cupy = CupyBaseline(inst, lambda slot, rank: runner.array(rank, "in", slot), runner.storage, program.dtype, program.redop, device)
+                self._cupy = CupyBaseline(
+                    inst,
+                    lambda slot, rank: runner.array(rank, "in", slot),
+                    runner.storage,
+                    program.dtype,
+                    program.redop,
+                    device,
+                )
                 self._cupy(0)
                 cupy.cuda.Device(device).synchronize()
                 self.expected = self._cupy.outputs
@@ -97,11 +104,16 @@ class DeviceReference:
             raise PurlinError("the torch baseline needs torch (pip install torch)") from None
         if self._torch is None:
             device = runner.world.devices[0]
-            baseline = TorchBaseline(self.inst, self.inputs, runner.program.dtype, runner.program.redop, runner.sets, device)
+            baseline = TorchBaseline(
+                self.inst, self.inputs, runner.program.dtype, runner.program.redop, runner.sets, device
+            )
             baseline.run(0)
             torch.cuda.synchronize(device)
             width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[runner.itemsize]
-            wrong = sum(int(np.count_nonzero(np.asarray(got).view(width) != cupy.asnumpy(want).view(width))) for got, want in zip(baseline.outputs(), self.expected))
+            wrong = sum(
+                int(np.count_nonzero(np.asarray(got).view(width) != cupy.asnumpy(want).view(width)))
+                for got, want in zip(baseline.outputs(), self.expected)
+            )
             if wrong:
                 raise PurlinError(f"the torch baseline got {wrong} elements wrong ({baseline.describe()}): not timed")
             self._torch = baseline
@@ -109,7 +121,9 @@ class DeviceReference:
 
         def enqueue(target, i: int) -> None:
             if target.ptr not in streams:
-                streams[target.ptr] = torch.cuda.ExternalStream(target.ptr, device=torch.device("cuda", runner.world.devices[0]))
+                streams[target.ptr] = torch.cuda.ExternalStream(
+                    target.ptr, device=torch.device("cuda", runner.world.devices[0])
+                )
             with torch.cuda.stream(streams[target.ptr]):
                 baseline.run(i % runner.sets)
 

@@ -150,7 +150,10 @@ class BaseLayout:
     def split(self, op) -> tuple[bool, int]:
         """The interpreter's vector rule, decided here: (aligned, head)."""
         nsrc, ndst, count = int(op["nsrc"]), int(op["ndst"]), int(op["count"])
-        mis = {(self.misalignment(_base(int(p))[0]) + _base(int(p))[1] * self.itemsize) % 16 for p in [*op["src"][:nsrc], *op["dst"][:ndst]]}
+        mis = {
+            (self.misalignment(_base(int(p))[0]) + _base(int(p))[1] * self.itemsize) % 16
+            for p in [*op["src"][:nsrc], *op["dst"][:ndst]]
+        }
         if len(mis) != 1 or next(iter(mis)) % self.itemsize:
             return False, 0
         head = (16 - next(iter(mis))) % 16 // self.itemsize
@@ -237,7 +240,9 @@ def _ordered_without_barrier(before, op, layout: BaseLayout) -> bool:
     return True
 
 
-def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: BaseLayout, jitter: bool = False) -> list[str]:
+def _group_code(
+    ops, begin: int, end: int, rank: int, channel: int, layout: BaseLayout, jitter: bool = False
+) -> list[str]:
     """A group's ops with every slice address and vector split a constant:
     no per-op setup by thread 0, no pointers through shared memory, and a
     barrier only where one orders something (after a wait, before a
@@ -266,8 +271,10 @@ def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: Base
         if kind != OP_NONE:
             aligned, head = layout.split(op)
             lines.append(
-                f"    {{ char* const src[{nsrc}] = {{{_slices(op['src'][:nsrc])}}}; char* const dst[{ndst}] = {{{_slices(op['dst'][:ndst])}}};"
-                f" move_op<PURLIN_UNROLL>({_KIND[kind]}, {count}ll, {nsrc}, {ndst}, src, dst, {str(aligned).lower()}, {head}, tid, stride); }}"
+                f"    {{ char* const src[{nsrc}] = {{{_slices(op['src'][:nsrc])}}};"
+                f" char* const dst[{ndst}] = {{{_slices(op['dst'][:ndst])}}};"
+                f" move_op<PURLIN_UNROLL>({_KIND[kind]}, {count}ll, {nsrc}, {ndst}, src, dst, "
+                f"{str(aligned).lower()}, {head}, tid, stride); }}"
             )
             moved.append(op)
         notify = _notify_code(op, jitter)
@@ -278,8 +285,13 @@ def _group_code(ops, begin: int, end: int, rank: int, channel: int, layout: Base
 
 
 def generate(
-    lowered: Lowered, ranks: int, blocks: int, snac_source: str, layout: BaseLayout,
-    max_weight: int | None = MAX_BUILD_WEIGHT, jitter: bool = False,
+    lowered: Lowered,
+    ranks: int,
+    blocks: int,
+    snac_source: str,
+    layout: BaseLayout,
+    max_weight: int | None = MAX_BUILD_WEIGHT,
+    jitter: bool = False,
 ) -> str:
     """The CUDA C++ of one launch: ``lowered`` must carry flag ids
     (``lower(..., flag_address=flag_id)``) where the interpreter has addresses,
@@ -290,7 +302,8 @@ def generate(
     weight = build_weight(lowered)
     if max_weight is not None and weight > max_weight:
         raise CapacityError(
-            f"this program is too large for one compiled launch ({len(lowered.ops)} ops moving or waiting on {weight} slices and flags,"
+            f"this program is too large for one compiled launch ({len(lowered.ops)} ops moving or waiting on "
+            f"{weight} slices and flags,"
             f" at most {max_weight}: its build would take minutes): use kernel=interpreted (or larger slices)"
         )
     ops = lowered.ops
@@ -321,7 +334,11 @@ def generate(
     names = [f"b{i}" for i in range(3 * ranks)] + [f"f{r}" for r in range(ranks)]
     # No __restrict__ on the bases: in place, an output base points into its input.
     params = [f"{'char' if n[0] == 'b' else 'u64'}* {n}" for n in names]
-    head = [primitives(snac_source), _PROLOGUE, f"// {len(lowered.groups)} groups, {len(ops)} ops, {blocks} blocks a group"]
+    head = [
+        primitives(snac_source),
+        _PROLOGUE,
+        f"// {len(lowered.groups)} groups, {len(ops)} ops, {blocks} blocks a group",
+    ]
     head.append(f'extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOCKS) {KERNEL}(')
     if params:
         head.append("    " + ", ".join(params) + ",")

@@ -87,7 +87,12 @@ def environment(devices: tuple[int, ...]) -> dict[str, Any]:
         cupy=cupy.__version__,
     )
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=10)
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if smi.returncode == 0:
             env["driver"] = smi.stdout.strip().splitlines()[0]
     except (OSError, subprocess.SubprocessError):
@@ -118,7 +123,9 @@ def measure_copy_bandwidth(devices: tuple[int, ...], nbytes: int = 1 << 30, reps
         samples = []
         for i in range(reps + 2):
             begin.record(stream)
-            cupy.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, cupy.cuda.runtime.memcpyDefault, stream.ptr)
+            cupy.cuda.runtime.memcpyAsync(
+                dst.data.ptr, src.data.ptr, nbytes, cupy.cuda.runtime.memcpyDefault, stream.ptr
+            )
             end.record(stream)
             end.synchronize()
             if i >= 2:  # the first copies warm up

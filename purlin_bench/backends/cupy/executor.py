@@ -18,12 +18,20 @@ import numpy as np
 
 from purlin_bench.backends.cupy.atoms import snac_kernel
 from purlin_bench.backends.cupy.compiled import BASE_ALIGN
-from purlin_bench.backends.cupy.lower import OP_REDUCE, Lowered, buffer_index, flag_id, lower
-from purlin_bench.backends.cupy.occupancy import blocks_per_sm, resident_share
+from purlin_bench.backends.cupy.lower import Lowered, buffer_index, flag_id, lower
+from purlin_bench.backends.cupy.launch import _Launch, _np_storage
+from purlin_bench.backends.cupy.occupancy import capacity, check_coresidency
 from purlin_bench.backends.cupy.settings import KernelSettings
+from purlin_bench.backends.cupy.sizing import (  # noqa: F401 - re-exported: tests and the backend size by them
+    MAX_BLOCKS,
+    copies_only,
+    data_blocks,
+    group_blocks,
+    sizing_lowerings,
+    useful_blocks,
+)
 from purlin_bench.backends.cupy.status import TIMED_OUT
 from purlin_bench.backends.cupy.status import describe as describe_status
-from purlin_bench.backends.cupy.status import pool as status_pool
 from purlin_bench.backends.cupy.timing import Candidate
 from purlin_bench.backends.cupy.world import World
 from purlin_bench.config import Param
@@ -32,100 +40,45 @@ from purlin_bench.errors import CallAborted, ExecutionError, WatchdogTimeout
 from purlin_bench.program.model import FlagRef, Program, Ref
 
 DEFAULT_TIMEOUT_S = 5.0
-MAX_BLOCKS = 32
 
 
 PARAMS = (
-    Param("blocks", 0, minimum=0, maximum=MAX_BLOCKS, help="most thread blocks per (rank, channel) list (idle ones past the data's need and the automatic count are dropped); 0 sizes them from the data"),
+    Param(
+        "blocks",
+        0,
+        minimum=0,
+        maximum=MAX_BLOCKS,
+        help="most thread blocks per (rank, channel) list (idle ones past the data's need and the automatic count "
+            "are dropped); 0 sizes them from the data",
+    ),
     # No 1024: at 64 registers a thread the step interpreter spills (see tests/test_atoms_compile.py).
     Param("threads", 512, choices=(128, 256, 512), help="threads per block"),
     Param("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines (cudaMemcpyAsync)"),
     Param("unroll", 2, choices=(1, 2, 4), help="16-byte vectors in flight per thread"),
-    Param("kernel", "interpreted", choices=("interpreted", "compiled"), help="the step interpreter (atoms/snac.cu), or CUDA C++ generated for the program (compiled once per machine by NVRTC, cached on disk)"),
+    Param(
+        "kernel",
+        "interpreted",
+        choices=("interpreted", "compiled"),
+        help="the step interpreter (atoms/snac.cu), or CUDA C++ generated for the program (compiled once per machine "
+            "by NVRTC, cached on disk)",
+    ),
 )
 
 
-def copies_only(lowered: Sequence[Lowered]) -> bool:
-    """Whether no device op reduces: such programs run the copy-only kernel."""
-    return not any((low.ops["op"] == OP_REDUCE).any() for low in lowered)
-
-
-def useful_blocks(lowered: Sequence[Lowered], itemsize: int, threads: int) -> int:
-    """The most blocks a group can keep busy: one 16-byte vector per thread of
-    its largest op. A block past that moves no data but still reads the op,
-    waits, and adds its share to every notify flag (each flag counts all of a
-    group's blocks). Tuned configurations of 16-32 blocks at <= 64 KiB ran
-    1.04-1.2x faster capped, and some that could not fit at once run now
-    (docs/decisions.md, D11)."""
-    largest = max((int(low.ops["count"].max()) for low in lowered if len(low.ops)), default=0)
-    return max(1, -(-largest * itemsize // (threads * 16)))
-
-
-def data_blocks(lowered: Sequence[Lowered], itemsize: int, block_bytes: int) -> int:
-    """The automatic block count before any occupancy cap: one block per
-    ``block_bytes`` of the largest op's traffic (its sources and
-    destinations), at most MAX_BLOCKS."""
-    work = max((int((low.ops["count"] * (low.ops["nsrc"] + low.ops["ndst"])).max()) for low in lowered if len(low.ops)), default=0)
-    return int(min(MAX_BLOCKS, max(1, -(-work * itemsize // block_bytes))))
-
-
-def group_blocks(requested: int, auto: int, useful: int, cap_blocks: bool = True) -> int:
-    """Blocks a group: the automatic count, or a requested one as a ceiling
-    at the larger of what the data can use and the automatic count. That
-    automatic count is not cut to the data: the few idle blocks it leaves in
-    64-256 KiB reductions measured 1-4% faster than none
-    (docs/decisions.md, D11)."""
-    if not requested:
-        return auto
-    return min(requested, max(auto, useful)) if cap_blocks else min(requested, MAX_BLOCKS)
-
-
-def sizing_lowerings(program: Program, fused: bool, datapath: str) -> list[Lowered]:
-    """What a runner sizes its blocks and picks its kernel by: the fused
-    launch, or with one launch per rank every rank's own, never only this
-    process's. Each notify flag counts all of a group's blocks and a waiter
-    expects its own count, so every process of a run needs the same one: a
-    broadcast's root has data to move and its peers none, and sized by its
-    own ops alone a peer launched one block where the root waited for up to
-    32 (rooted collectives past about 4 KiB timed out with ranks in processes)."""
-    if fused:
-        return [lower(program, list(range(program.ranks)), True, datapath, flag_id)]
-    return [lower(program, [r], False, datapath, flag_id) for r in range(program.ranks)]
-
-
-def _np_storage(dtype: np.dtype) -> np.dtype:
-    """CuPy has no bfloat16: device arrays of it are held as uint16 bits."""
-    return np.dtype(np.uint16) if dtype.name == "bfloat16" else dtype
-
-
-class _Launch:
-    """One kernel launch: the ranks it runs, its table, epochs and status."""
-
-    def __init__(self, runner: "CupyRunner", ranks: list[int], lowered: Lowered):
-        import cupy
-
-        self.device = runner.world.devices[ranks[0]]
-        self.ranks = ranks
-        self.lowered = lowered
-        with cupy.cuda.Device(self.device):
-            self.ops = cupy.asarray(lowered.ops.view(np.uint8))
-            self.groups = cupy.asarray(lowered.groups)
-            self.grid = lowered.group_count * runner.blocks
-            self.epochs = cupy.zeros(max(1, self.grid), dtype=cupy.uint64)
-            self.slot = status_pool().slot()
-            self.status = self.slot.device
-            self.compiled = runner.compiled and bool(lowered.group_count)
-            self.kernel, self.params = runner.compiled_kernel(self.device, ranks) if self.compiled else (runner.kernel(self.device), ())
-            self.stream = cupy.cuda.Stream(non_blocking=True)
-            # A launch whose blocks wait on flags relies on all of them being
-            # resident at once (a group's notify counts every block, and a
-            # rank's groups wait on each other): a cooperative launch is
-            # what guarantees that of its own grid, or fails at once.
-            self.cooperative = bool(len(lowered.ops)) and bool((lowered.ops["nwait"] > 0).any())
-
-
 class CupyRunner:
-    def __init__(self, world: World, program: Program, blocks: int = 0, threads: int = 512, datapath: str = "sm", unroll: int = 2, kernel: str = "interpreted", timeout_s: float = DEFAULT_TIMEOUT_S, sets: int = 1, settings: KernelSettings = KernelSettings()):
+    def __init__(
+        self,
+        world: World,
+        program: Program,
+        blocks: int = 0,
+        threads: int = 512,
+        datapath: str = "sm",
+        unroll: int = 2,
+        kernel: str = "interpreted",
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        sets: int = 1,
+        settings: KernelSettings = KernelSettings(),
+    ):
         import cupy
 
         if datapath == "ce" and not world.fused:
@@ -158,8 +111,12 @@ class CupyRunner:
         # The same kernel variant on every process: its registers bound the blocks.
         self.copy_only = settings.copy_only_build and copies_only(sizing)
         auto = self._auto_blocks(sizing)
-        self.blocks = world.agreed_blocks(group_blocks(blocks, auto, useful_blocks(sizing, self.itemsize, threads), settings.cap_blocks))
-        self.launches = [_Launch(self, ranks, low) for ranks, low in zip(launch_ranks, lowered) if low.group_count or low.ce_copies]
+        self.blocks = world.agreed_blocks(
+            group_blocks(blocks, auto, useful_blocks(sizing, self.itemsize, threads), settings.cap_blocks)
+        )
+        self.launches = [
+            _Launch(self, ranks, low) for ranks, low in zip(launch_ranks, lowered) if low.group_count or low.ce_copies
+        ]
         self._check_coresidency()
         self._held: list[object] = []
         self.bases = [self._base_table(s) for s in range(self.sets)]
@@ -167,18 +124,32 @@ class CupyRunner:
         # parameters: one tuple a launch and buffer set, built once.
         flags = [np.uint64(f.data.ptr) for f in self.flags]
         for launch in self.launches:
-            launch.args = [tuple(np.uint64(b["host"][int(n[1:])]) if n[0] == "b" else flags[int(n[1:])] for n in launch.params) for b in self.bases]
+            launch.args = [
+                tuple(np.uint64(b["host"][int(n[1:])]) if n[0] == "b" else flags[int(n[1:])] for n in launch.params)
+                for b in self.bases
+            ]
         self.ce_streams = {}
         self._main_stream = None
-        for launch in self.launches:
-            launch.arg_cache = {}
         # One kernel on the world's first device and no copy-engine stage.
-        self._single = (len(self.launches) == 1 and self.launches[0].device == self.world.devices[0]
-                        and not self.launches[0].lowered.ce_copies and bool(self.launches[0].grid))
+        self._single = (
+            len(self.launches) == 1
+            and self.launches[0].device == self.world.devices[0]
+            and not self.launches[0].lowered.ce_copies
+            and bool(self.launches[0].grid)
+        )
 
     # -- setup ---------------------------------------------------------------
     def kernel(self, device: int):
-        return snac_kernel(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, device, self.world.sys_scope, self.copy_only, self.settings.defines(self.copy_only, self.threads))
+        return snac_kernel(
+            self.program.dtype,
+            self.program.redop or "sum",
+            self.unroll,
+            self.threads,
+            device,
+            self.world.sys_scope,
+            self.copy_only,
+            self.settings.defines(self.copy_only, self.threads),
+        )
 
     def compiled_kernel(self, device: int, ranks: list[int]):
         """The compiled datapath's kernel for the launch of ``ranks`` and the
@@ -187,8 +158,23 @@ class CupyRunner:
         from purlin_bench.backends.cupy.compiled import BaseLayout, compiled_kernel, generate, params_of
 
         low = lower(self.program, ranks, self.world.fused, self.datapath, flag_id)
-        source = generate(low, self.program.ranks, self.blocks, source_text(), BaseLayout.of(self.program, self.itemsize), jitter=bool(self.settings.jitter_ns))
-        options = compile_options(self.program.dtype, self.program.redop or "sum", self.unroll, self.threads, self.world.sys_scope, self.copy_only, self.settings.defines(self.copy_only, self.threads))
+        source = generate(
+            low,
+            self.program.ranks,
+            self.blocks,
+            source_text(),
+            BaseLayout.of(self.program, self.itemsize),
+            jitter=bool(self.settings.jitter_ns),
+        )
+        options = compile_options(
+            self.program.dtype,
+            self.program.redop or "sum",
+            self.unroll,
+            self.threads,
+            self.world.sys_scope,
+            self.copy_only,
+            self.settings.defines(self.copy_only, self.threads),
+        )
         kernel, seconds = compiled_kernel(source, options, device)
         self.build_s += seconds
         return kernel, params_of(source)
@@ -203,51 +189,11 @@ class CupyRunner:
         return min(cap, data_blocks(lowered, self.itemsize, self.settings.auto_block_bytes))
 
     def _capacity(self, device: int) -> int:
-        """How many blocks of this kernel this process may have on ``device``
-        at once: the occupancy bound over the SMs it may use (an MPS client's
-        share), divided among the processes whose ranks share the GPU.
-        Waiting blocks spin, so a launch past that could wait forever on a
-        block, its own or another rank's, that never gets an SM: refuse it."""
-        import cupy
-
-        kernels = [launch.kernel for launch in getattr(self, "launches", ()) if launch.device == device]
-        if kernels:
-            regs = max(k.attributes["num_regs"] for k in kernels)
-        elif self.compiled:
-            # Before the compiled kernel exists (its block count is a
-            # constant in it): the most its launch bounds allow (128
-            # registers a thread at 512 threads an SM).
-            regs = 65536 // (self.threads * max(1, 512 // self.threads))
-        else:
-            regs = self.kernel(device).attributes["num_regs"]
-        dev = cupy.cuda.Device(device).attributes
-        per_sm = blocks_per_sm(dev, regs, self.threads)
-        return resident_share(dev["MultiProcessorCount"], per_sm, self.world.sharing)
+        """Blocks of this kernel this process may keep resident on ``device`` (occupancy.capacity)."""
+        return capacity(self, device)
 
     def _check_coresidency(self) -> None:
-        per_device: dict[int, int] = {}
-        for launch in self.launches:
-            per_device[launch.device] = per_device.get(launch.device, 0) + launch.grid
-            if launch.cooperative:
-                # CUDA's own bound for a cooperative grid: past it CuPy would
-                # shrink the grid with a warning, and a group would count
-                # fewer blocks than its waiters expect.
-                import cupy
-
-                with cupy.cuda.Device(launch.device):
-                    fn = launch.kernel.kernel
-                    most = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, self.threads, 0)
-                    most *= cupy.cuda.Device(launch.device).attributes["MultiProcessorCount"]
-                if launch.grid > most:
-                    raise ExecutionError(f"a cooperative launch of {launch.grid} blocks on GPU {launch.device}: CUDA holds at most {most} at once; use fewer blocks or channels")
-        for device, grid in per_device.items():
-            cap = self._capacity(device)
-            if grid > cap:
-                shared = f", {self.world.sharing} processes sharing the GPU" if self.world.sharing > 1 else ""
-                raise ExecutionError(
-                    f"launch of {grid} blocks on GPU {device} could deadlock: at most {cap} fit at once "
-                    f"(blocks={self.blocks}, threads={self.threads}{shared}); use fewer blocks or channels"
-                )
+        check_coresidency(self)
 
     def _physical_bytes(self, rank: int, buf: str) -> int:
         return self.program.buffer_count(rank, buf) * self.itemsize
@@ -269,7 +215,10 @@ class CupyRunner:
             self._held.append(base)
             if self.compiled and base.data.ptr % BASE_ALIGN:
                 # The compiled kernel's vector splits assume it (compiled.BaseLayout).
-                raise ExecutionError(f"rank {rank}'s {phys} buffer starts at {base.data.ptr:#x}, not on {BASE_ALIGN} bytes: the compiled datapath needs aligned buffers")
+                raise ExecutionError(
+                    f"rank {rank}'s {phys} buffer starts at {base.data.ptr:#x}, not on {BASE_ALIGN} bytes: the "
+                    f"compiled datapath needs aligned buffers"
+                )
             ptrs.append(base.data.ptr + offset * self.itemsize)
         table = np.array(ptrs, dtype=np.uint64)
         out = {}
@@ -343,21 +292,6 @@ class CupyRunner:
                 self.ce_streams[rank] = cupy.cuda.Stream(non_blocking=True)
         return self.ce_streams[rank]
 
-    def _kernel_args(self, launch: _Launch, slot: int) -> tuple:
-        """A launch's arguments for buffer set ``slot``, made once: a serving
-        stack calls every step, and building them cost host time each call."""
-        cached = launch.arg_cache.get(slot)
-        if cached is None:
-            if launch.compiled:
-                cached = (*launch.args[slot], launch.epochs, launch.status, self.abort, np.uint64(self.timeout_ns))
-            else:
-                cached = (
-                    launch.ops, launch.groups, self.bases[slot][launch.device], launch.epochs, launch.status, self.abort,
-                    np.uint64(self.timeout_ns), np.int32(self.blocks), np.int32(3 * self.program.ranks),
-                )
-            launch.arg_cache[slot] = cached
-        return cached
-
     def launch(self, stream, slot: int = 0) -> None:
         """Enqueue one call on ``stream`` (capturable into a CUDA graph):
         copy-engine stages on per-rank side streams, then the kernel(s)."""
@@ -367,12 +301,20 @@ class CupyRunner:
             # One kernel on the caller's stream, nothing to fork or join:
             # the path every call of a process's rank takes.
             launch = self.launches[0]
-            args = self._kernel_args(launch, slot)
+            args = launch.arguments(self, slot)
             if cupy.cuda.runtime.getDevice() == launch.device:
-                launch.kernel.kernel((launch.grid,), (self.threads,), args, stream=stream, enable_cooperative_groups=launch.cooperative)
+                launch.kernel.kernel(
+                    (launch.grid,), (self.threads,), args, stream=stream, enable_cooperative_groups=launch.cooperative
+                )
             else:
                 with cupy.cuda.Device(launch.device):
-                    launch.kernel.kernel((launch.grid,), (self.threads,), args, stream=stream, enable_cooperative_groups=launch.cooperative)
+                    launch.kernel.kernel(
+                        (launch.grid,),
+                        (self.threads,),
+                        args,
+                        stream=stream,
+                        enable_cooperative_groups=launch.cooperative,
+                    )
             return
         start = cupy.cuda.Event(disable_timing=True)
         start.record(stream)
@@ -383,7 +325,9 @@ class CupyRunner:
                 side.wait_event(start)
                 src, dst = self._address(copy.src, slot), self._address(copy.dst, slot)
                 with cupy.cuda.Device(self.world.devices[copy.rank]):
-                    cupy.cuda.runtime.memcpyAsync(dst, src, copy.src.count * self.itemsize, cupy.cuda.runtime.memcpyDefault, side.ptr)
+                    cupy.cuda.runtime.memcpyAsync(
+                        dst, src, copy.src.count * self.itemsize, cupy.cuda.runtime.memcpyDefault, side.ptr
+                    )
         for side in self.ce_streams.values():
             done = cupy.cuda.Event(disable_timing=True)
             done.record(side)
@@ -395,11 +339,13 @@ class CupyRunner:
             target = stream if single else launch.stream
             if not single:
                 target.wait_event(start)
-            args = self._kernel_args(launch, slot)
+            args = launch.arguments(self, slot)
             with cupy.cuda.Device(launch.device):
                 # The module's function, not RawKernel's call: the cooperative
                 # flag is chosen per launch there (CuPy fixes it per RawKernel).
-                launch.kernel.kernel((launch.grid,), (self.threads,), args, stream=target, enable_cooperative_groups=launch.cooperative)
+                launch.kernel.kernel(
+                    (launch.grid,), (self.threads,), args, stream=target, enable_cooperative_groups=launch.cooperative
+                )
             if not single:
                 ev = cupy.cuda.Event(disable_timing=True)
                 ev.record(target)
@@ -435,7 +381,10 @@ class CupyRunner:
             # One process per rank: another rank's watchdog raised the shared
             # abort word (in rank 0's memory) though no wait of this rank saw it.
             if int(cupy.asnumpy(self.abort)[0]):
-                said = f"watchdog: another rank's wait timed out in {self.program.collective}/{self.program.strategy}, and this rank's call was aborted"
+                said = (
+                    f"watchdog: another rank's wait timed out in "
+                    f"{self.program.collective}/{self.program.strategy}, and this rank's call was aborted"
+                )
         if said is not None:
             # Every rank resets and rank 0 clears the abort word (procs.py).
             self.reset()

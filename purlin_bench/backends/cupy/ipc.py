@@ -73,7 +73,9 @@ class IpcWorld:
 
     def describe(self) -> str:
         name = self.info[self.device].name
-        where = f"{self.ranks} ranks, one process each, on {self.gpus} GPU{'s' if self.gpus > 1 else ''} ({name}, CUDA IPC)"
+        where = (
+            f"{self.ranks} ranks, one process each, on {self.gpus} GPU{'s' if self.gpus > 1 else ''} ({name}, CUDA IPC)"
+        )
         if self.scheduling is None:
             return where
         return f"{where}; {self.sharing} processes a GPU, {self.scheduling}"

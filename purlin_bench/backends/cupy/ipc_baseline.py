@@ -67,7 +67,8 @@ extern "C" __global__ void __launch_bounds__(512) ipc_oneshot(
         int nsrc = (int)t.nsrc;
         u64 mis = (u64)t.dst;
         for (int s = 0; s < nsrc; ++s) { src[s] = (char*)t.src[s]; mis |= (u64)t.src[s]; }
-        move_op<PURLIN_UNROLL>(nsrc > 1 ? OP_REDUCE : OP_COPY, t.count, nsrc, 1, src, dst, (mis & 15u) == 0, 0, tid, stride);
+        const int kind = nsrc > 1 ? OP_REDUCE : OP_COPY;
+        move_op<PURLIN_UNROLL>(kind, t.count, nsrc, 1, src, dst, (mis & 15u) == 0, 0, tid, stride);
     }
     __syncthreads();
     if (meet(mine, peers, 1, rank, R, epoch, status, timeout_ns)) return;
@@ -84,7 +85,9 @@ def tasks_of(inst: Instance, rank: int) -> list[tuple[int, int, tuple[tuple[int,
         for place in flow.consumers:
             if place.rank == rank and flow.count:
                 if len(flow.sources) > MAX_SRC:
-                    raise PurlinError(f"the ipc baseline reduces at most {MAX_SRC} sources a chunk, not {len(flow.sources)}")
+                    raise PurlinError(
+                        f"the ipc baseline reduces at most {MAX_SRC} sources a chunk, not {len(flow.sources)}"
+                    )
                 out.append((flow.count, place.offset, tuple((s.rank, s.offset) for s in flow.sources)))
     return out
 
@@ -108,7 +111,9 @@ class IpcBaseline:
         self.itemsize = runner.itemsize
         options = compile_options(program.dtype, program.redop or "sum", 2, THREADS, True, False)
         with cupy.cuda.Device(world.device):
-            module = cupy.RawModule(code=primitives(source_text()) + _KERNEL.replace("MAX_SRC", str(MAX_SRC)), options=options)
+            module = cupy.RawModule(
+                code=primitives(source_text()) + _KERNEL.replace("MAX_SRC", str(MAX_SRC)), options=options
+            )
             self.kernel = module.get_function("ipc_oneshot")
             # Every rank's flag words: [phase][block][from rank], made together.
             self.flags = world.symmetric_words([2 * BLOCKS * self.R] * self.R)
@@ -133,8 +138,17 @@ class IpcBaseline:
 
     def __call__(self, stream, slot: int = 0) -> None:
         table, ntasks = self.tables[slot]
-        args = (table, ntasks, self.flags[self.rank], self.peers, np.int32(self.rank), np.int32(self.R),
-                self.epochs, self.status, self.timeout_ns)
+        args = (
+            table,
+            ntasks,
+            self.flags[self.rank],
+            self.peers,
+            np.int32(self.rank),
+            np.int32(self.R),
+            self.epochs,
+            self.status,
+            self.timeout_ns,
+        )
         self.kernel.kernel((BLOCKS,), (THREADS,), args, stream=stream)
 
     def check(self, inst: Instance) -> None:
@@ -160,5 +174,7 @@ class IpcBaseline:
         cupy.cuda.Device(self.runner.world.device).synchronize()
         status = cupy.asnumpy(self.status)
         if status[0]:
-            raise WatchdogTimeout(f"the ipc baseline's rank {status[1]} waited past the watchdog for rank {status[3]} at its "
-                                  f"{'start' if status[2] == 0 else 'end'} barrier")
+            raise WatchdogTimeout(
+                f"the ipc baseline's rank {status[1]} waited past the watchdog for rank {status[3]} at its "
+                f"{'start' if status[2] == 0 else 'end'} barrier"
+            )

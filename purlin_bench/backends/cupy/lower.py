@@ -124,7 +124,9 @@ def _dropped_flags(program: Program, fused: bool, ce: bool) -> tuple[set[FlagRef
     return dropped, hoisted
 
 
-def lower(program: Program, ranks: list[int], fused: bool, datapath: str, flag_address: Callable[[FlagRef], int]) -> Lowered:
+def lower(
+    program: Program, ranks: list[int], fused: bool, datapath: str, flag_address: Callable[[FlagRef], int]
+) -> Lowered:
     """The step table of the launch that runs ``ranks`` of ``program``."""
     if datapath not in ("sm", "ce"):
         raise ExecutionError(f"datapath must be 'sm' or 'ce', got {datapath!r}")
@@ -168,14 +170,28 @@ def lower(program: Program, ranks: list[int], fused: bool, datapath: str, flag_a
                         )
                     kind = OP_REDUCE if step.op == "reduce" and len(step.srcs) > 1 else OP_COPY
                     for at in range(0, len(step.dsts), MAX_DST):
-                        ops.append(_Op(index, kind, step.srcs[0].count, step.srcs, step.dsts[at : at + MAX_DST], waits if at == 0 else ()))
+                        ops.append(
+                            _Op(
+                                index,
+                                kind,
+                                step.srcs[0].count,
+                                step.srcs,
+                                step.dsts[at : at + MAX_DST],
+                                waits if at == 0 else (),
+                            )
+                        )
             if len(ops) > begin:
                 groups.append((begin, len(ops), rank, channel))
     table = np.zeros(len(ops), dtype=OP_DTYPE)
     for k, op in enumerate(ops):
         row = table[k]
         row["count"], row["op"], row["step"] = op.count, op.kind, op.step
-        row["nsrc"], row["ndst"], row["nwait"], row["nnotify"] = len(op.srcs), len(op.dsts), len(op.waits), len(op.notifies)
+        row["nsrc"], row["ndst"], row["nwait"], row["nnotify"] = (
+            len(op.srcs),
+            len(op.dsts),
+            len(op.waits),
+            len(op.notifies),
+        )
         for i, ref in enumerate(op.srcs):
             row["src"][i] = pack(ref)
         for i, ref in enumerate(op.dsts):

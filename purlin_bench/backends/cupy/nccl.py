@@ -23,7 +23,16 @@ Buffer = tuple[int, str, int]  # (rank, "in" | "out", byte offset)
 # ncclDataType_t and ncclRedOp_t values (nccl.h); cupy.cuda.nccl exports the same.
 NCCL_DTYPES = {"int32": 2, "float16": 6, "float32": 7, "float64": 8, "bfloat16": 9}
 NCCL_OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3}
-NCCL_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "reduce", "all-to-all", "gather", "scatter")
+NCCL_COLLECTIVES = (
+    "all-reduce",
+    "all-gather",
+    "reduce-scatter",
+    "broadcast",
+    "reduce",
+    "all-to-all",
+    "gather",
+    "scatter",
+)
 
 
 @dataclass(frozen=True)

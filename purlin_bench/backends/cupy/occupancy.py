@@ -36,3 +36,57 @@ def resident_share(sms: int, per_sm: int, sharing: int) -> int:
     SMs one client sees, not of the whole GPU: 8 clients at 12% each took
     14 blocks (112 SMs' worth) and a wait starved at 256 KiB."""
     return max(0, sms * per_sm // max(1, sharing))
+
+
+def capacity(runner, device: int) -> int:
+    """How many blocks of ``runner``'s kernel its process may have on
+    ``device`` at once: the occupancy bound over the SMs it sees (an MPS
+    client's share), divided among the processes whose ranks share the GPU.
+    Waiting blocks spin, so a launch past that could wait forever on a
+    block, its own or another rank's, that never gets an SM: refuse it."""
+    import cupy
+
+    kernels = [launch.kernel for launch in getattr(runner, "launches", ()) if launch.device == device]
+    if kernels:
+        regs = max(k.attributes["num_regs"] for k in kernels)
+    elif runner.compiled:
+        # Before the compiled kernel exists (its block count is a constant in
+        # it): the most its launch bounds allow (128 registers a thread at
+        # 512 threads an SM).
+        regs = 65536 // (runner.threads * max(1, 512 // runner.threads))
+    else:
+        regs = runner.kernel(device).attributes["num_regs"]
+    dev = cupy.cuda.Device(device).attributes
+    return resident_share(dev["MultiProcessorCount"], blocks_per_sm(dev, regs, runner.threads), runner.world.sharing)
+
+
+def check_coresidency(runner) -> None:
+    """Refuse ``runner``'s launches where they could not all be resident at once."""
+    from purlin_bench.errors import ExecutionError
+
+    per_device: dict[int, int] = {}
+    for launch in runner.launches:
+        per_device[launch.device] = per_device.get(launch.device, 0) + launch.grid
+        if launch.cooperative:
+            # CUDA's own bound for a cooperative grid: past it CuPy would
+            # shrink the grid with a warning, and a group would count fewer
+            # blocks than its waiters expect.
+            import cupy
+
+            with cupy.cuda.Device(launch.device):
+                fn = launch.kernel.kernel
+                most = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, runner.threads, 0)
+                most *= cupy.cuda.Device(launch.device).attributes["MultiProcessorCount"]
+            if launch.grid > most:
+                raise ExecutionError(
+                    f"a cooperative launch of {launch.grid} blocks on GPU {launch.device}: CUDA holds at most {most}"
+                    " at once; use fewer blocks or channels"
+                )
+    for device, grid in per_device.items():
+        cap = runner._capacity(device)
+        if grid > cap:
+            shared = f", {runner.world.sharing} processes sharing the GPU" if runner.world.sharing > 1 else ""
+            raise ExecutionError(
+                f"launch of {grid} blocks on GPU {device} could deadlock: at most {cap} fit at once "
+                f"(blocks={runner.blocks}, threads={runner.threads}{shared}); use fewer blocks or channels"
+            )

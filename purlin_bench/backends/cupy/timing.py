@@ -28,7 +28,15 @@ class Candidate:
     after: Callable[[], None] | None = None
 
 
-def time_side_by_side(candidates: Sequence[Candidate], device: int, iters: int, warmup: int, reps: int, graph: bool, between: Callable[[], None] | None = None) -> list[Timing]:
+def time_side_by_side(
+    candidates: Sequence[Candidate],
+    device: int,
+    iters: int,
+    warmup: int,
+    reps: int,
+    graph: bool,
+    between: Callable[[], None] | None = None,
+) -> list[Timing]:
     """Microseconds per call of each candidate: the median over ``reps``
     batches of ``iters`` calls, the candidates' batches interleaved."""
     if iters < 1 or reps < 1:
@@ -69,7 +77,16 @@ def time_side_by_side(candidates: Sequence[Candidate], device: int, iters: int, 
     return [Timing(statistics.median(s), tuple(s)) for s in samples]
 
 
-def time_calls(enqueue: Callable[[object, int], None], stream, device: int, iters: int, warmup: int, reps: int, graph: bool, after: Callable[[], None] | None = None) -> Timing:
+def time_calls(
+    enqueue: Callable[[object, int], None],
+    stream,
+    device: int,
+    iters: int,
+    warmup: int,
+    reps: int,
+    graph: bool,
+    after: Callable[[], None] | None = None,
+) -> Timing:
     """One candidate: ``enqueue(stream, i)`` puts call ``i`` on ``stream``."""
     return time_side_by_side([Candidate(enqueue, stream, after)], device, iters, warmup, reps, graph)[0]
 

@@ -70,7 +70,9 @@ class IndexMap:
     def dense(self) -> np.ndarray:
         """The whole map as an (sources, total) array, for an index tensor."""
         if self.sources * self.total > MAX_INDEX_ENTRIES:
-            raise PurlinError(f"no torch baseline: its index tensor would take {self.sources * self.total * 8 / 2**30:.1f} GiB")
+            raise PurlinError(
+                f"no torch baseline: its index tensor would take {self.sources * self.total * 8 / 2**30:.1f} GiB"
+            )
         out = np.empty((self.sources, self.total), dtype=np.int64)
         for s, runs in enumerate(self.runs):
             for o, i, n in runs.tolist():
@@ -110,7 +112,12 @@ def affine(imap: IndexMap, shape: tuple[int, ...], over_sources: bool = False) -
     needs that axis's stride to be one."""
     nsrc = imap.sources if over_sources else 1
     inner_shape = shape[1:] if over_sources else shape
-    if not inner_shape or (over_sources and shape[0] != nsrc) or int(np.prod(inner_shape)) != imap.total or imap.total == 0:
+    if (
+        not inner_shape
+        or (over_sources and shape[0] != nsrc)
+        or int(np.prod(inner_shape)) != imap.total
+        or imap.total == 0
+    ):
         return None
 
     def at(flat: int) -> int:
@@ -185,13 +192,23 @@ class TorchBaseline:
 
         self.torch = torch
         self.inst = inst
-        tdtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "int32": torch.int32, "float64": torch.float64}[dtype]
+        tdtype = {
+            "float32": torch.float32,
+            "float16": torch.float16,
+            "bfloat16": torch.bfloat16,
+            "int32": torch.int32,
+            "float64": torch.float64,
+        }[dtype]
         # The plan (and an index tensor's size bound) before anything is uploaded.
         imap = index_map(inst)
         self.sources = imap.sources
         self.kernels, self.plan = plan_for(inst, imap)
         idx = imap.dense() if self.plan[0] in ("index", "reduce-index") else None
-        flat = np.concatenate([np.asarray(x).view(np.uint16) if dtype == "bfloat16" else np.asarray(x) for x in inputs]) if inputs else np.zeros(0)
+        flat = (
+            np.concatenate([np.asarray(x).view(np.uint16) if dtype == "bfloat16" else np.asarray(x) for x in inputs])
+            if inputs
+            else np.zeros(0)
+        )
         host = torch.from_numpy(np.ascontiguousarray(flat))
         host = host.view(torch.bfloat16) if dtype == "bfloat16" else host
         self.x = [host.to(f"cuda:{device}") for _ in range(max(1, sets))]
@@ -233,7 +250,11 @@ class TorchBaseline:
 
     def outputs(self) -> list[np.ndarray]:
         """Per-rank host copies of the outputs, as the reference's."""
-        flat = self.y.view(self.torch.int16).cpu().numpy().view(np.uint16) if self.y.dtype == self.torch.bfloat16 else self.y.cpu().numpy()
+        flat = (
+            self.y.view(self.torch.int16).cpu().numpy().view(np.uint16)
+            if self.y.dtype == self.torch.bfloat16
+            else self.y.cpu().numpy()
+        )
         at = np.concatenate([[0], np.cumsum(self.inst.out_counts)])
         return [flat[at[r] : at[r + 1]] for r in range(self.inst.ranks)]
 

@@ -29,7 +29,13 @@ def device_info(index: int) -> DeviceInfo:
 
     props = cupy.cuda.runtime.getDeviceProperties(index)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    return DeviceInfo(index, name, int(props["multiProcessorCount"]), f"{props['major']}.{props['minor']}", int(props["totalGlobalMem"]))
+    return DeviceInfo(
+        index,
+        name,
+        int(props["multiProcessorCount"]),
+        f"{props['major']}.{props['minor']}",
+        int(props["totalGlobalMem"]),
+    )
 
 
 class World:
@@ -70,13 +76,18 @@ class World:
                 if a == b:
                     continue
                 if not cupy.cuda.runtime.deviceCanAccessPeer(a, b):
-                    raise ExecutionError(f"GPU {a} cannot access GPU {b} directly (no peer access): one rank per GPU needs NVLink or PCIe peer access")
+                    raise ExecutionError(
+                        f"GPU {a} cannot access GPU {b} directly (no peer access): one rank per GPU needs NVLink or "
+                        f"PCIe peer access"
+                    )
                 with cupy.cuda.Device(a):
                     try:
                         cupy.cuda.runtime.deviceEnablePeerAccess(b)
                     except cupy.cuda.runtime.CUDARuntimeError as exc:
                         if "PeerAccessAlreadyEnabled" not in str(exc) and "already" not in str(exc).lower():
-                            raise ExecutionError(f"enabling peer access from GPU {a} to GPU {b} failed: {exc}") from None
+                            raise ExecutionError(
+                                f"enabling peer access from GPU {a} to GPU {b} failed: {exc}"
+                            ) from None
 
     def describe(self) -> str:
         names = sorted({self.info[d].name for d in self.devices})
@@ -120,5 +131,7 @@ class World:
                     try:
                         self._arena[key] = cupy.empty(max(256, nbytes), dtype=cupy.uint8)
                     except cupy.cuda.memory.OutOfMemoryError:
-                        raise ExecutionError(f"out of GPU memory allocating {nbytes} bytes for rank {rank} {buf}") from None
+                        raise ExecutionError(
+                            f"out of GPU memory allocating {nbytes} bytes for rank {rank} {buf}"
+                        ) from None
         return self._arena[key]
