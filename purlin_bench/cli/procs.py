@@ -52,6 +52,12 @@ def enter(argv: list[str]) -> int | None:
     env = from_environ()
     if env is None:
         return None
+    from purlin_bench.spec.instance import MAX_RANKS, MAX_RANKS_WHY
+
+    if env.size > MAX_RANKS:
+        # Before any rendezvous: a run this size would wait for processes
+        # that never come, then refuse the rank count anyway.
+        raise PurlinError(f"WORLD_SIZE={env.size}: purlin runs at most {MAX_RANKS} ranks ({MAX_RANKS_WHY})")
     from purlin_bench.backends import procs
 
     if procs.current() is not None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from purlin_bench.dist.errors import DistError
+from purlin_bench.dist.liveness import STARTUP_S
 from purlin_bench.dist.group import Group
 from purlin_bench.dist.store import Store, StoreServer
 
@@ -127,9 +128,15 @@ def _connect_torchrun(env: RankEnv, timeout_s: float, silence_s: float | None = 
     if not tdist.is_available():
         raise DistError("running under torchrun needs torch.distributed, which this torch build lacks")
     if not tdist.is_initialized():
-        # gloo: the exchange is a few bytes on the CPU, and needs no GPU to be set up yet.
+        _check_master_addr(os.environ.get("MASTER_ADDR", ""))
+        # gloo: the exchange is a few bytes on the CPU, and needs no GPU to be
+        # set up yet. Its rendezvous is bounded by the user's watchdog, with
+        # the start-up allowance a rank gets to join (liveness.STARTUP_S),
+        # not by the 600 s a command may take: a wrong MASTER_ADDR retried
+        # for ten minutes.
+        rendezvous_s = min(timeout_s, (silence_s or 0.0) + STARTUP_S)
         try:
-            tdist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+            tdist.init_process_group("gloo", timeout=timedelta(seconds=rendezvous_s))
         except (RuntimeError, ValueError, OSError) as exc:
             # torch's rendezvous errors (DistStoreError, timeouts, a bad
             # MASTER_ADDR) are multi-line RuntimeErrors: one line of it.
@@ -148,6 +155,19 @@ def _connect_torchrun(env: RankEnv, timeout_s: float, silence_s: float | None = 
         _server = server
         group.own(server)
     return group
+
+
+def _check_master_addr(addr: str) -> None:
+    """A MASTER_ADDR that reads as an IP address but is none (256.1.1.1) is
+    one line now, not a rendezvous that retries until its timeout."""
+    import ipaddress
+
+    text = addr.strip().strip("[]")
+    if text and re.fullmatch(r"[0-9.]+|[0-9A-Fa-f:]*:[0-9A-Fa-f:.]*", text):
+        try:
+            ipaddress.ip_address(text)
+        except ValueError:
+            raise DistError(f"MASTER_ADDR={addr!r} is not an IP address") from None
 
 
 def store_over_torch(tdist, pg, rank: int, timeout_s: float, what: str) -> tuple[Store, StoreServer | None, bytes]:
