@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from purlin_bench import atomic
+from purlin_bench import textfile as atomic  # the writer write_text_atomic delegates to
 from purlin_bench.atomic import WriteError, write_text_atomic
 from purlin_bench.errors import PurlinError
 

@@ -79,9 +79,9 @@ class NumpyBackend(Backend):
 
     def describe(self) -> str:
         if self.procs:
-            return f"numpy CPU reference, {self.ranks} ranks in shared memory"
+            return f"numpy CPU reference, {self.ranks} rank{'s' if self.ranks != 1 else ''} in shared memory"
         split = f", each list split over {self.block_model[0]} blocks of {self.block_model[1]} threads" if self.block_model else ""
-        return f"numpy CPU reference, {self.ranks} simulated ranks{split}"
+        return f"numpy CPU reference, {self.ranks} simulated rank{'s' if self.ranks != 1 else ''}{split}"
 
     def fingerprint(self) -> Fingerprint:
         model = cpu_model()
