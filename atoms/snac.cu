@@ -166,6 +166,7 @@ __device__ __forceinline__ u64 now_ns() {
 // registers are at the cap already.
 __device__ __forceinline__ void mark_aborted(i64* status) {
     *(volatile i64*)(status + STATUS_ABORTED) = 1;
+    __threadfence_system();  // the slot's mark before the summary's (status.py, recheck)
     i64* summary = (i64*)*(volatile u64*)(status + STATUS_SUMMARY);
     if (summary) *(volatile i64*)summary = 1;
     __threadfence_system();

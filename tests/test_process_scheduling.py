@@ -169,7 +169,10 @@ def test_a_failed_call_makes_every_later_call_of_the_communicator_raise():
     comm._prepared = {"a": SimpleNamespace(runner=SimpleNamespace(failure=lambda: None)),
                       "b": SimpleNamespace(runner=SimpleNamespace(failure=lambda: said))}
     comm._raise_if_failed()  # nothing recorded: nothing raised, nothing read past the summary word
-    faulted[0] = True
+    mine = comm._prepared.pop("b")
+    faulted[0] = True  # another communicator of this process failed: not this one's to raise
+    comm._raise_if_failed()
+    comm._prepared["b"] = mine
     for _ in range(2):
         with pytest.raises(WatchdogTimeout, match=r"rank 1: an earlier call failed \(watchdog: rank 3 channel 0 step 8"):
             comm.all_reduce(object())

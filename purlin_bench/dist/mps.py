@@ -126,8 +126,9 @@ class PrivateMps:
             self._stop()
             raise
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            if _main_thread():
+                # None: a handler installed from C, which Python cannot put back; the default then.
+                signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
     def __exit__(self, *exc) -> None:
         self._stop()
@@ -136,29 +137,33 @@ class PrivateMps:
         if self.root is None:
             return
         env = {**os.environ, **self.env()}
-        if serving(env):
-            try:
-                subprocess.run(
-                    [self.control],
-                    env=env,
-                    input=b"quit\n",
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                    timeout=START_S,
-                )
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-            deadline = time.monotonic() + START_S
-            while serving(env) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        _kill_left(str(self.root / "pipe"))
-        for key, value in self._saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root = None
+        try:
+            if serving(env):
+                try:
+                    subprocess.run(
+                        [self.control],
+                        env=env,
+                        input=b"quit\n",
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                        timeout=START_S,
+                    )
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+                deadline = time.monotonic() + START_S
+                while serving(env) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            _kill_left(str(self.root / "pipe"))
+        finally:
+            # Even when a second Ctrl-C lands above: the environment back as
+            # it was, and no folder of ours left.
+            for key, value in self._saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
 
 
 def _kill_left(pipe: str) -> None:

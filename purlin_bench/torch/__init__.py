@@ -139,15 +139,18 @@ class Communicator:
         if self._torch.cuda.is_current_stream_capturing():
             raise PurlinError("Communicator.check synchronizes: not during CUDA graph capture")
         self._torch.cuda.current_stream(self.device).synchronize()
-        self._raise_if_failed()
+        self._raise_if_failed(scan=True)
 
-    def _raise_if_failed(self) -> None:
-        """Raise the first failure any call recorded; once one did, this
-        communicator is spent (its peers' flags are in an unknown state),
-        as a torch NCCL communicator is after a watchdog abort."""
-        if self._failure is None and self.backend.faulted():
-            said = next((f for f in (p.runner.failure() for p in self._prepared.values()) if f), None)
-            self._failure = said or "a call of another communicator of this process timed out"
+    def _raise_if_failed(self, scan: bool = False) -> None:
+        """Raise the first failure a call of this communicator recorded; once
+        one did, this communicator is spent (its peers' flags are in an
+        unknown state), as a torch NCCL communicator is after a watchdog
+        abort. The process's summary word says when to look (one memory
+        read a call); ``scan`` looks at every runner's words regardless."""
+        if self._failure is None and (scan or self.backend.faulted()):
+            # Only this communicator's own runners latch it: another
+            # communicator's failure in this process is that one's to raise.
+            self._failure = next((f for f in (p.runner.failure() for p in self._prepared.values()) if f), None)
         if self._failure is not None:
             raise WatchdogTimeout(
                 f"rank {self.rank}: an earlier call failed ({self._failure}); its outputs are not data, and this"
@@ -316,7 +319,7 @@ class Communicator:
                     rt.memcpyAsync(out.data_ptr(), p.out_ptr, p.out_bytes, rt.memcpyDeviceToDevice, s)
                 if self.debug and not self._torch.cuda.is_current_stream_capturing():
                     stream.synchronize()
-                    self._raise_if_failed()
+                    self._raise_if_failed(scan=True)
         except PurlinError:
             raise
         except RuntimeError as exc:  # torch's own CUDA errors

@@ -114,12 +114,21 @@ class CupyRunner:
         self.blocks = world.agreed_blocks(
             group_blocks(blocks, auto, useful_blocks(sizing, self.itemsize, threads), settings.cap_blocks)
         )
-        self.launches = [
-            _Launch(self, ranks, low) for ranks, low in zip(launch_ranks, lowered) if low.group_count or low.ce_copies
-        ]
-        self._check_coresidency()
+        self.launches: list[_Launch] = []
         self._held: list[object] = []
-        self.bases = [self._base_table(s) for s in range(self.sets)]
+        try:
+            for ranks, low in zip(launch_ranks, lowered):
+                if low.group_count or low.ce_copies:
+                    self.launches.append(_Launch(self, ranks, low))
+            self._check_coresidency()
+            self.bases = [self._base_table(s) for s in range(self.sets)]
+        except BaseException:
+            # A refused or failed runner gives its status slots back: check
+            # and tune meet refusals all the time.
+            for launch in self.launches:
+                launch.slot.pool.release(launch.slot)
+            self.launches = []
+            raise
         # A compiled kernel takes slice bases (b3) and flag bases (f0) as
         # parameters: one tuple a launch and buffer set, built once.
         flags = [np.uint64(f.data.ptr) for f in self.flags]

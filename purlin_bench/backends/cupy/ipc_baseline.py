@@ -22,10 +22,11 @@ from __future__ import annotations
 import numpy as np
 
 from purlin_bench.backends.cupy.lower import MAX_SRC
+from purlin_bench.backends.cupy.occupancy import blocks_per_sm, resident_share
 from purlin_bench.errors import PurlinError, WatchdogTimeout
 from purlin_bench.spec.instance import Instance
 
-BLOCKS, THREADS = 8, 512  # per process: 8 x 8 processes fit one H200 (D41)
+BLOCKS, THREADS = 8, 512  # at most, per process: 8 x 8 processes fit one H200 (D41)
 
 _KERNEL = r"""
 struct Task { i64 count; i64 dst; i64 nsrc; i64 src[MAX_SRC]; };
@@ -107,6 +108,11 @@ class IpcBaseline:
         world, program = runner.world, runner.program
         if program.inplace:
             raise PurlinError("the ipc baseline runs out of place only")
+        # Refused on every rank alike, before any collective step: a rank that
+        # refused alone would leave the others waiting at their barriers.
+        widest = max((len(f.sources) for f in inst.flows), default=0)
+        if widest > MAX_SRC:
+            raise PurlinError(f"the ipc baseline reduces at most {MAX_SRC} sources a chunk, not {widest}")
         self.runner, self.rank, self.R = runner, world.rank, inst.ranks
         self.itemsize = runner.itemsize
         options = compile_options(program.dtype, program.redop or "sum", 2, THREADS, True, False)
@@ -115,10 +121,17 @@ class IpcBaseline:
                 code=primitives(source_text()) + _KERNEL.replace("MAX_SRC", str(MAX_SRC)), options=options
             )
             self.kernel = module.get_function("ipc_oneshot")
+            # Blocks spin at the barriers: as purlin's own launches, every
+            # rank's kernel must fit on the GPU at once (occupancy.py, D41),
+            # and every rank takes the same count (their barriers pair by block).
+            dev = cupy.cuda.Device(world.device).attributes
+            per_sm = blocks_per_sm(dev, self.kernel.attributes["num_regs"], THREADS)
+            share = resident_share(dev["MultiProcessorCount"], per_sm, world.sharing)
+            self.blocks = world.agreed_blocks(max(1, min(BLOCKS, share)))
             # Every rank's flag words: [phase][block][from rank], made together.
-            self.flags = world.symmetric_words([2 * BLOCKS * self.R] * self.R)
+            self.flags = world.symmetric_words([2 * self.blocks * self.R] * self.R)
             self.peers = cupy.asarray(np.array([f.data.ptr for f in self.flags], dtype=np.uint64))
-            self.epochs = cupy.zeros(BLOCKS, dtype=cupy.uint64)
+            self.epochs = cupy.zeros(self.blocks, dtype=cupy.uint64)
             self.status = cupy.zeros(4, dtype=cupy.int64)
             self.output = cupy.zeros(max(1, inst.out_counts[self.rank]), dtype=runner.storage)
             self.tables = [self._table(inst, slot) for slot in range(runner.sets)]
@@ -149,7 +162,7 @@ class IpcBaseline:
             self.status,
             self.timeout_ns,
         )
-        self.kernel.kernel((BLOCKS,), (THREADS,), args, stream=stream)
+        self.kernel.kernel((self.blocks,), (THREADS,), args, stream=stream)
 
     def check(self, inst: Instance) -> None:
         """One call on buffer set 0, its output checked bit for bit against

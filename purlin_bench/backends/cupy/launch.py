@@ -33,13 +33,15 @@ class _Launch:
             self.groups = cupy.asarray(lowered.groups)
             self.grid = lowered.group_count * runner.blocks
             self.epochs = cupy.zeros(max(1, self.grid), dtype=cupy.uint64)
-            self.slot = status_pool().slot()
-            self.status = self.slot.device
             self.compiled = runner.compiled and bool(lowered.group_count)
             self.kernel, self.params = (
                 runner.compiled_kernel(self.device, ranks) if self.compiled else (runner.kernel(self.device), ())
             )
             self.stream = cupy.cuda.Stream(non_blocking=True)
+            # Taken after all that can fail (the kernel's build): a launch
+            # that fails to be made holds no slot.
+            self.slot = status_pool().slot()
+            self.status = self.slot.device
             # A launch whose blocks wait on flags relies on all of them being
             # resident at once (a group's notify counts every block, and a
             # rank's groups wait on each other): a cooperative launch is

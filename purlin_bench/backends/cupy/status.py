@@ -74,12 +74,18 @@ class StatusPool:
         return self._summary is not None and bool(self._summary[1][0])
 
     def recheck(self) -> None:
-        """The summary again from every slot (after a runner reset its own)."""
+        """The summary again from every slot (after a runner reset its own).
+        Zeroed first and only ever set after the scan: a kernel marking its
+        slot meanwhile writes the summary after its slot (a fence between),
+        so its mark is either seen by the scan or lands after the zero."""
         if self._summary is None:
             return
         self._summary[1][0] = 0
-        taken = [(p, i) for p, (_, view) in enumerate(self._pages) for i in range(SLOTS) if (p, i) != (0, 0)]
-        self._summary[1][0] = int(any(self._pages[p][1][i, TIMEOUT] or self._pages[p][1][i, ABORTED] for p, i in taken))
+        for page, (_, view) in enumerate(self._pages):
+            marks = view[1:] if page == 0 else view  # page 0's first slot is the summary itself
+            if marks[:, TIMEOUT].any() or marks[:, ABORTED].any():
+                self._summary[1][0] = 1
+                return
 
 
 class StatusSlot:
