@@ -182,7 +182,7 @@ def test_an_address_that_accepts_and_never_greets_is_one_line_within_the_bound()
     assert done.returncode != 0 and len(lines) == 1 and "sent no greeting within 2 s" in lines[0], done.stderr
 
 
-@pytest.mark.timeout(45)
+@pytest.mark.timeout(180)
 @LINUX
 def test_a_stopped_rank_ends_the_run_within_the_watchdog_naming_it():
     """Rank 1 stopped (SIGSTOP) mid-benchmark: rank 0 says so within the
@@ -195,16 +195,20 @@ def test_a_stopped_rank_ends_the_run_within_the_watchdog_naming_it():
     )
     ranks: dict[int, int] = {}
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a loaded machine (another run beside the tests) starts ranks slowly
         while len(ranks) < 2 and time.monotonic() < deadline:
             ranks = {r: p for p in _children(launcher.pid) if (r := _rank_of(p)) is not None}
             time.sleep(0.1)
         assert len(ranks) == 2, f"the ranks did not start: {ranks}"
+        # Rank 0 prints the header once every rank has joined (a loaded
+        # machine can take tens of seconds): only then is rank 1 mid-run.
+        header = launcher.stdout.readline()
+        assert header.startswith("#"), header
         time.sleep(1.5)  # in the middle of the benchmark's calls
         assert launcher.poll() is None, launcher.communicate()
         stopped_at = time.monotonic()
         os.kill(ranks[1], signal.SIGSTOP)
-        _, err = launcher.communicate(timeout=25)
+        _, err = launcher.communicate(timeout=90)
         took = time.monotonic() - stopped_at
     finally:
         for pid in ranks.values():
@@ -217,6 +221,8 @@ def test_a_stopped_rank_ends_the_run_within_the_watchdog_naming_it():
     assert launcher.returncode != 0
     assert len(lines) == 1 and lines[0].startswith("purlin: error:") and "Traceback" not in err, err
     assert "rank 1 has shown no sign of life" in lines[0], err
-    assert took < 12, f"the run took {took:.0f} s to end"
+    # Seconds on an idle machine; bounded well under the 600 s a command may
+    # take (the bug) on a loaded one, where every process runs 3-5x slower.
+    assert took < 60, f"the run took {took:.0f} s to end"
     assert not any(_alive(p) for p in ranks.values()), "a rank was left running"
     assert own_run_dirs(launcher.pid) == set()
