@@ -61,7 +61,11 @@ def partial_overflow(inst: Instance, redop: str | None, dtype: np.dtype, inputs:
             if not place.count or len(sources) < 2:
                 continue
             with np.errstate(over="ignore"):
-                final = np.isfinite(accumulate([inputs[s.rank][s.offset : s.offset + s.count] for s in sources], redop).astype(dtype).astype(np.float64))
+                final = np.isfinite(
+                    accumulate([inputs[s.rank][s.offset : s.offset + s.count] for s in sources], redop)
+                    .astype(dtype)
+                    .astype(np.float64)
+                )
             bad = np.zeros(place.count, dtype=bool)
             for start in range(inst.ranks):
                 ordered = sorted(sources, key=lambda s: ((s.rank - start) % inst.ranks, s.offset))
@@ -74,8 +78,13 @@ def partial_overflow(inst: Instance, redop: str | None, dtype: np.dtype, inputs:
     return count
 
 
-def compare(inst: Instance, program: Program, inputs: list[np.ndarray], outputs: list[np.ndarray],
-            counts: Sequence[int] | None = None) -> CheckResult:
+def compare(
+    inst: Instance,
+    program: Program,
+    inputs: list[np.ndarray],
+    outputs: list[np.ndarray],
+    counts: Sequence[int] | None = None,
+) -> CheckResult:
     """Count output elements that differ from the reference: copies bit for bit,
     reductions within the dtype's accumulated rounding (see dtypes). With
     variable sizes, of the call with ``counts``: its chunks, packed."""
@@ -98,8 +107,9 @@ def compare(inst: Instance, program: Program, inputs: list[np.ndarray], outputs:
     return CheckResult(wrong, total, overflowed)
 
 
-def check_program(inst: Instance, program: Program, runner: Any, seed: int = 0, calls: int = 2,
-                  counts: str = "uniform") -> CheckResult:
+def check_program(
+    inst: Instance, program: Program, runner: Any, seed: int = 0, calls: int = 2, counts: str = "uniform"
+) -> CheckResult:
     """Run ``program`` ``calls`` times with fresh random inputs (so epoch
     counters are exercised) and return the worst comparison. With variable
     sizes each call draws its counts from the distribution ``counts``."""

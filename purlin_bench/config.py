@@ -16,15 +16,21 @@ class RunConfig:
     exec_params: tuple[tuple[str, Any], ...] = ()  # e.g. blocks, threads, datapath, unroll (cupy)
 
     @staticmethod
-    def make(strategy: str, plan_params: dict[str, Any] | None = None, exec_params: dict[str, Any] | None = None) -> "RunConfig":
-        return RunConfig(strategy, tuple(sorted((plan_params or {}).items())), tuple(sorted((exec_params or {}).items())))
+    def make(
+        strategy: str, plan_params: dict[str, Any] | None = None, exec_params: dict[str, Any] | None = None
+    ) -> "RunConfig":
+        return RunConfig(
+            strategy, tuple(sorted((plan_params or {}).items())), tuple(sorted((exec_params or {}).items()))
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "plan_params": dict(self.plan_params), "exec_params": dict(self.exec_params)}
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> "RunConfig":
-        return RunConfig.make(str(data["strategy"]), dict(data.get("plan_params", {})), dict(data.get("exec_params", {})))
+        return RunConfig.make(
+            str(data["strategy"]), dict(data.get("plan_params", {})), dict(data.get("exec_params", {}))
+        )
 
     def text(self) -> str:
         parts = [f"{k}={v}" for k, v in self.plan_params + self.exec_params]

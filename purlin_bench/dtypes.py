@@ -28,9 +28,20 @@ DTYPES: dict[str, np.dtype] = {
 # The fp8 types: one byte, reduced through float32 (accumulate).
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 # nccl-tests' short names, accepted on the command line.
-ALIASES = {"float": "float32", "double": "float64", "half": "float16", "bf16": "bfloat16", "int": "int32",
-           "f32": "float32", "f16": "float16", "f64": "float64", "i32": "int32",
-           "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2", "fp8": "float8_e4m3fn"}
+ALIASES = {
+    "float": "float32",
+    "double": "float64",
+    "half": "float16",
+    "bf16": "bfloat16",
+    "int": "int32",
+    "f32": "float32",
+    "f16": "float16",
+    "f64": "float64",
+    "i32": "int32",
+    "e4m3": "float8_e4m3fn",
+    "e5m2": "float8_e5m2",
+    "fp8": "float8_e4m3fn",
+}
 REDOPS = ("sum", "prod", "max", "min")
 
 
@@ -126,7 +137,9 @@ def reduction_tolerance(parts: Sequence[np.ndarray], redop: str, dtype: np.dtype
 _EDGE = 1000
 
 
-def random_inputs(rng: np.random.Generator, counts: Sequence[int], dtype: np.dtype, redop: str | None) -> list[np.ndarray]:
+def random_inputs(
+    rng: np.random.Generator, counts: Sequence[int], dtype: np.dtype, redop: str | None
+) -> list[np.ndarray]:
     """Random inputs for checks: values in [-1, 1) for floats (products stay in
     range). For integers, about half the elements lie within 1000 of the
     type's minimum or maximum, so sums and products overflow and wrap, and the
@@ -141,7 +154,11 @@ def random_inputs(rng: np.random.Generator, counts: Sequence[int], dtype: np.dty
         for n in counts:
             small = rng.integers(low, high, size=n)
             # Offsets 0.._EDGE-1 from the top (positive) or bottom (negative) end.
-            edge = np.where(rng.random(n) < 0.5, int(info.max) - rng.integers(0, _EDGE, size=n), int(info.min) + rng.integers(0, _EDGE, size=n))
+            edge = np.where(
+                rng.random(n) < 0.5,
+                int(info.max) - rng.integers(0, _EDGE, size=n),
+                int(info.min) + rng.integers(0, _EDGE, size=n),
+            )
             out.append(np.where(rng.random(n) < 0.5, edge, small).astype(dtype))
         return out
     return [rng.uniform(-1.0, 1.0, size=n).astype(dtype) for n in counts]

@@ -25,7 +25,9 @@ from purlin_bench.dtypes import is_fp8
 _PERIOD = 1_000_003
 
 
-def exact_inputs(counts: list[int] | tuple[int, ...], dtype: np.dtype, redop: str | None, seed: int = 0) -> list[np.ndarray]:
+def exact_inputs(
+    counts: list[int] | tuple[int, ...], dtype: np.dtype, redop: str | None, seed: int = 0
+) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     values = {"prod": np.array([-2, -1, 1, 2])}.get(redop or "sum", np.arange(-4, 5))
     if is_fp8(dtype) and redop in ("sum", "prod"):

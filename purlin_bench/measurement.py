@@ -129,7 +129,9 @@ class MeasurementService:
             base = RunConfig.make(base.strategy, {**dict(base.plan_params), **plan_overrides}, dict(base.exec_params))
         return self.backend.default_config(inst, base)
 
-    def program(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False) -> Program:
+    def program(
+        self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False
+    ) -> Program:
         return plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
 
     def warm_up(self, dtype: str, redop: str | None = None) -> int:
@@ -143,8 +145,17 @@ class MeasurementService:
         if why:
             raise CapacityError(why)
 
-    def check(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False,
-              seed: int = 0, calls: int = 2, counts: str = "all") -> CheckResult:
+    def check(
+        self,
+        inst: Instance,
+        config: RunConfig,
+        dtype: str,
+        redop: str | None = None,
+        inplace: bool = False,
+        seed: int = 0,
+        calls: int = 2,
+        counts: str = "all",
+    ) -> CheckResult:
         """``calls`` calls on one buffer set (so epoch flags advance), each
         compared with the reference; the worst count of wrong elements.
         With variable sizes each call draws new counts from ``counts`` (a
@@ -178,7 +189,9 @@ class MeasurementService:
                 runner.close()
         return CheckResult(wrong, sum(program.out_counts))
 
-    def prepare(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False) -> Prepared:
+    def prepare(
+        self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False
+    ) -> Prepared:
         """``config`` prepared over its rotation of buffer sets, exact inputs
         in each, checked once; kept for the next ask (a tune trial is checked,
         then timed; the finals time the same configurations again).
@@ -230,7 +243,16 @@ class MeasurementService:
             _, old = self._prepared.popitem(last=False)
             old.runner.close()
 
-    def compare(self, inst: Instance, configs: Mapping[str, RunConfig], dtype: str, redop: str | None = None, baselines: Sequence[str] = (), policy: TimingPolicy = TimingPolicy(), inplace: bool = False) -> Comparison:
+    def compare(
+        self,
+        inst: Instance,
+        configs: Mapping[str, RunConfig],
+        dtype: str,
+        redop: str | None = None,
+        baselines: Sequence[str] = (),
+        policy: TimingPolicy = TimingPolicy(),
+        inplace: bool = False,
+    ) -> Comparison:
         """Time ``configs`` (label -> configuration) and ``baselines`` side by
         side at one size. A configuration that cannot be planned or run
         raises (PurlinError); a baseline that cannot run here is left out and

@@ -77,7 +77,9 @@ def make(cls: type[Backend], ranks: int, gpus: tuple[int, ...] | None = None, se
     run = procs.current()
     if run is not None:
         if gpus:
-            raise PurlinError("--gpus with one process per rank maps ranks to GPUs when the run starts (--procs N --gpus ...), not inside a process")
+            raise PurlinError(
+                "--gpus with one process per rank maps ranks to GPUs when the run starts (--procs N --gpus ...), not inside a process"
+            )
         if ranks != run.size:
             raise PurlinError(f"{ranks} ranks asked for, but this run has {run.size} processes (one rank each)")
         return procs.drive(cls, run, seed)
@@ -105,4 +107,16 @@ def all_params() -> dict[str, tuple[Param, tuple[str, ...]]]:
     return out
 
 
-__all__ = ["AUTO", "AUTO_ORDER", "Backend", "REFERENCE", "all_params", "backend_class", "detect", "make", "names", "open_backend", "resolve"]
+__all__ = [
+    "AUTO",
+    "AUTO_ORDER",
+    "Backend",
+    "REFERENCE",
+    "all_params",
+    "backend_class",
+    "detect",
+    "make",
+    "names",
+    "open_backend",
+    "resolve",
+]

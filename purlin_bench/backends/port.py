@@ -170,7 +170,13 @@ class Backend(ABC):
         """Versions and devices, stored with every result."""
         import purlin_bench
 
-        return {"purlin_bench": purlin_bench.__version__, "python": platform.python_version(), "numpy": np.__version__, "backend": self.name, "host": platform.node()}
+        return {
+            "purlin_bench": purlin_bench.__version__,
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+            "backend": self.name,
+            "host": platform.node(),
+        }
 
     def time_label(self, policy: TimingPolicy) -> str:
         """How this backend's times are taken under ``policy``, in words.
@@ -225,7 +231,9 @@ class Backend(ABC):
         buffer set of ``runner``), computed before any call of it."""
 
     @abstractmethod
-    def time(self, candidates: Sequence[Candidate], policy: TimingPolicy, between: Callable[[], None] | None = None) -> list[Timing]:
+    def time(
+        self, candidates: Sequence[Candidate], policy: TimingPolicy, between: Callable[[], None] | None = None
+    ) -> list[Timing]:
         """Microseconds per call of each candidate, their batches in turns;
         ``between`` (when given) runs before every timed batch, outside it:
         with one process per rank it is a barrier, so every rank starts a

@@ -23,7 +23,9 @@ class Choice:
     plan_lookup: Callable[[Instance, int], RunConfig] | None = None  # (instance, size bytes) -> config
 
 
-def configs_for(inst: Instance, size: int, choice: Choice, default: Callable[[Instance, Mapping[str, Any]], RunConfig]) -> list[RunConfig]:
+def configs_for(
+    inst: Instance, size: int, choice: Choice, default: Callable[[Instance, Mapping[str, Any]], RunConfig]
+) -> list[RunConfig]:
     """The configurations to measure at one size; ``default(inst,
     plan_overrides)`` is the untuned default (MeasurementService.default_config)."""
     if choice.plan_lookup is not None:
@@ -31,7 +33,13 @@ def configs_for(inst: Instance, size: int, choice: Choice, default: Callable[[In
     if choice.strategy == "auto":
         base = default(inst, choice.plan_overrides)
         # The user's own choices win over what the backend adjusted.
-        return [RunConfig.make(base.strategy, {**dict(base.plan_params), **choice.plan_overrides}, {**dict(base.exec_params), **choice.exec_overrides})]
+        return [
+            RunConfig.make(
+                base.strategy,
+                {**dict(base.plan_params), **choice.plan_overrides},
+                {**dict(base.exec_params), **choice.exec_overrides},
+            )
+        ]
     names = list(STRATEGIES) if choice.strategy == "all" else [get_strategy(choice.strategy).name]
     return [RunConfig.make(n, dict(choice.plan_overrides), dict(choice.exec_overrides)) for n in names]
 
@@ -46,5 +54,10 @@ def instances(spec: CollectiveSpec, sizes: list[int], ranks: int, dtype: str, ro
         if count in seen:  # sizes below one element per chunk collapse onto one count
             continue
         seen.add(count)
-        out.append((spec.bytes_for_count(ranks, count, np_dtype.itemsize), instantiate(spec, ranks, count, np_dtype.itemsize, root if spec.rooted else 0)))
+        out.append(
+            (
+                spec.bytes_for_count(ranks, count, np_dtype.itemsize),
+                instantiate(spec, ranks, count, np_dtype.itemsize, root if spec.rooted else 0),
+            )
+        )
     return out

@@ -19,7 +19,7 @@ from purlin_bench.cli.common import (console, err_console, gpu_devices, int_list
                                      refuse_foreign_params)
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.cli.targets import many_specs
-from purlin_bench.backends import AUTO, REFERENCE, all_params, names, resolve
+from purlin_bench.backends import AUTO, REFERENCE, names, resolve
 from purlin_bench.errors import PurlinError
 
 ORDER = 30

@@ -21,19 +21,33 @@ ORDER = 20
 
 
 def show(
-    collective: Optional[str] = typer.Argument(None, help="A built-in collective (see 'purlin list') or a path to a .yaml spec."),
+    collective: Optional[str] = typer.Argument(
+        None, help="A built-in collective (see 'purlin list') or a path to a .yaml spec."
+    ),
     ranks: int = typer.Option(4, "--ranks", help="Number of ranks."),
-    strategy: str = typer.Option("auto", "--strategy", "-s", help="direct, push, two-shot, ring, or auto (the untuned default)."),
-    slice_bytes: str = typer.Option("0", "--slice-bytes", help="Bytes per slice, e.g. 4K or 1M; 0 lets the strategy choose."),
+    strategy: str = typer.Option(
+        "auto", "--strategy", "-s", help="direct, push, two-shot, ring, or auto (the untuned default)."
+    ),
+    slice_bytes: str = typer.Option(
+        "0", "--slice-bytes", help="Bytes per slice, e.g. 4K or 1M; 0 lets the strategy choose."
+    ),
     channels: int = typer.Option(1, "--channels", help="Step lists per rank."),
     count: int = typer.Option(1024, "--count", help="Elements (per chunk or per buffer, as the spec's 'count' says)."),
     dtype: str = typer.Option("float32", "--dtype", "-d", help="float32, float64, float16, bfloat16 or int32."),
     root: int = typer.Option(0, "--root", help="Root rank of a rooted collective."),
     inplace: bool = typer.Option(False, "--inplace", help="Show the in-place program (nccl-tests' in-place buffers)."),
     as_json: bool = typer.Option(False, "--json", help="Print the program as JSON (Program.to_json) instead."),
-    spec_file: Optional[str] = typer.Option(None, "--spec", help="A user's collective spec (.yaml) instead of COLLECTIVE."),
-    source: bool = typer.Option(False, "--source", help="Print the device code the GPU backend generates for the program (the compiled datapath) instead."),
-    blocks: int = typer.Option(0, "--blocks", help="With --source: thread blocks per (rank, channel) list; 0 sizes them from the data."),
+    spec_file: Optional[str] = typer.Option(
+        None, "--spec", help="A user's collective spec (.yaml) instead of COLLECTIVE."
+    ),
+    source: bool = typer.Option(
+        False,
+        "--source",
+        help="Print the device code the GPU backend generates for the program (the compiled datapath) instead.",
+    ),
+    blocks: int = typer.Option(
+        0, "--blocks", help="With --source: thread blocks per (rank, channel) list; 0 sizes them from the data."
+    ),
     unroll: int = typer.Option(2, "--unroll", help="With --source: 16-byte vectors in flight per thread (1, 2, 4)."),
 ) -> None:
     """Show the SNAC program a strategy derives: per rank and channel, every step

@@ -20,10 +20,13 @@ from purlin_bench.errors import PurlinError
 # Options the launcher consumes: the children get the command without them.
 _LAUNCH_OPTIONS = ("--procs", "--gpus")
 _LAUNCH_FLAGS = ("--mps",)
-PROCS_HELP = "one process per rank: comma list of process counts, one run each (ranks on --gpus round-robin, several per GPU allowed); under torchrun leave it out"
+PROCS_HELP = (
+    "one process per rank: comma list of process counts, one run each (ranks on --gpus round-robin, several per GPU"
+    " allowed); under torchrun leave it out"
+)
 MPS_HELP = (
-    "with --procs: run the ranks under a CUDA MPS daemon of this run's own (private pipe and log folders, stopped at the"
-    " end), so processes sharing a GPU run concurrently instead of time-sliced"
+    "with --procs: run the ranks under a CUDA MPS daemon of this run's own (private pipe and log folders, stopped at"
+    " the end), so processes sharing a GPU run concurrently instead of time-sliced"
 )
 
 
@@ -118,7 +121,9 @@ def ranks_for(given: list[int] | None, default: list[int]) -> list[int]:
 def check_mps(mps: bool, procs: str | None) -> None:
     """--mps serves the processes --procs starts; alone it has none to serve."""
     if mps and procs is None:
-        raise PurlinError("--mps runs the ranks of --procs under CUDA MPS: give --procs too (under torchrun, start MPS yourself)")
+        raise PurlinError(
+            "--mps runs the ranks of --procs under CUDA MPS: give --procs too (under torchrun, start MPS yourself)"
+        )
 
 
 def check_procs(counts: list[int], backend, ranks: str | None, outputs: dict[str, object] | None = None) -> None:

@@ -28,7 +28,9 @@ def many_specs(collective: str | None, spec_files: Sequence[str], timed: bool = 
     """COLLECTIVE (a name, a .yaml path, a comma list of them, or ``all``)
     plus every ``--spec`` file."""
     if not collective and not spec_files:
-        raise PurlinError("missing COLLECTIVE (a built-in name, 'all', or a path to a .yaml spec; or use --spec FILE.yaml)")
+        raise PurlinError(
+            "missing COLLECTIVE (a built-in name, 'all', or a path to a .yaml spec; or use --spec FILE.yaml)"
+        )
     specs: list[CollectiveSpec] = []
     if collective == "all":
         specs.extend(load_all_builtin())
@@ -46,4 +48,3 @@ def many_specs(collective: str | None, spec_files: Sequence[str], timed: bool = 
         specs.append(resolve(collective))
     specs.extend(load_spec_file(path) for path in spec_files)
     return specs
-

@@ -116,8 +116,12 @@ class PrivateMps:
             deadline = time.monotonic() + START_S
             while not serving(env):
                 if time.monotonic() > deadline:
+                    # Its log goes with its folder: say its last line now.
+                    log = self.root / "log" / "control.log"
+                    last = log.read_text(errors="replace").strip().splitlines()[-1:] if log.is_file() else []
                     raise PurlinError(
-                        f"--mps: the MPS daemon did not answer within {START_S:.0f} s (its log: {self.root / 'log'})"
+                        f"--mps: the MPS daemon did not answer within {START_S:.0f} s"
+                        + (f" (its log: {last[0][:200]})" if last else "")
                     )
                 time.sleep(0.05)
             os.environ.update(self.env())

@@ -11,7 +11,16 @@ loader and the one writer, so whatever is written also loads, and
 """
 
 from purlin_bench.planfile.io import load_plan_file, parse_plan, plan_path, plan_text, validate_plan_data, write_plan
-from purlin_bench.planfile.model import KIND, SCHEMA_VERSION, TIMING_CPU, TIMING_GPU, ArtifactError, PlanArtifact, PlanEntry, SweepRef
+from purlin_bench.planfile.model import (
+    KIND,
+    SCHEMA_VERSION,
+    TIMING_CPU,
+    TIMING_GPU,
+    ArtifactError,
+    PlanArtifact,
+    PlanEntry,
+    SweepRef,
+)
 from purlin_bench.planfile.schema import plan_schema
 
 __all__ = [

@@ -99,7 +99,13 @@ class PlanArtifact:
             "fingerprint": self.fingerprint.to_dict(),
             "package_version": self.package_version,
             "created": self.created,
-            "sweep": {"name": self.sweep.name, "hash": self.sweep.hash, "sampler": self.sweep.sampler, "trials": self.sweep.trials, "seed": self.sweep.seed},
+            "sweep": {
+                "name": self.sweep.name,
+                "hash": self.sweep.hash,
+                "sampler": self.sweep.sampler,
+                "trials": self.sweep.trials,
+                "seed": self.sweep.seed,
+            },
             "entries": [
                 {
                     "min_bytes": e.min_bytes,

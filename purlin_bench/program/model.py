@@ -228,8 +228,10 @@ class Program:
         try:
             schema = int(data["schema"])
             if schema > SCHEMA_VERSION:
-                raise PlanError(f"program schema {schema} is newer than this purlin-bench understands "
-                                f"({SCHEMA_VERSION}); upgrade purlin-bench")
+                raise PlanError(
+                    f"program schema {schema} is newer than this purlin-bench understands "
+                    f"({SCHEMA_VERSION}); upgrade purlin-bench"
+                )
             offsets = data["inplace_offsets"]
             return Program(
                 collective=str(data["collective"]),
@@ -246,7 +248,9 @@ class Program:
                 scratch_count=int(data["scratch_count"]),
                 flag_counts=tuple(int(x) for x in data["flag_counts"]),
                 inplace_offsets=None if offsets is None else tuple(int(x) for x in offsets),
-                lists=tuple(tuple(tuple(_step_from_dict(s) for s in steps) for steps in chans) for chans in data["lists"]),
+                lists=tuple(
+                    tuple(tuple(_step_from_dict(s) for s in steps) for steps in chans) for chans in data["lists"]
+                ),
                 schema=schema,
                 count_names=tuple(str(x) for x in data.get("count_names", ())),
                 count_caps=tuple(int(x) for x in data.get("count_caps", ())),

@@ -190,7 +190,18 @@ def summarize(program: Program) -> Summary:
                 writes += len(remote_dsts)
                 read_elems += sum(r.count for r in remote_srcs)
                 write_elems += sum(w.count for w in remote_dsts)
-        per_rank.append(RankTraffic(rank, nsteps, reads, writes, read_elems, write_elems, tuple(sorted(reads_from)), tuple(sorted(writes_to))))
+        per_rank.append(
+            RankTraffic(
+                rank,
+                nsteps,
+                reads,
+                writes,
+                read_elems,
+                write_elems,
+                tuple(sorted(reads_from)),
+                tuple(sorted(writes_to)),
+            )
+        )
     return Summary(
         steps=program.step_count(),
         stages=kinds["stage"],
@@ -221,7 +232,8 @@ def header(program: Program) -> str:
     parts = [
         f"{program.collective} / {program.strategy}",
         f"{program.ranks} ranks",
-        f"count {program.count} {program.dtype}" if not program.variable
+        f"count {program.count} {program.dtype}"
+        if not program.variable
         else f"counts per call, each at most {program.count} {program.dtype}",
     ]
     if program.redop:
@@ -236,15 +248,15 @@ def header(program: Program) -> str:
 
 def summary_lines(program: Program, summary: Summary | None = None) -> list[str]:
     s = summary or summarize(program)
-    buffers = ", ".join(
-        f"r{r}: in {program.in_counts[r]} out {program.out_counts[r]}" for r in range(program.ranks)
-    )
+    buffers = ", ".join(f"r{r}: in {program.in_counts[r]} out {program.out_counts[r]}" for r in range(program.ranks))
     counts = []
     if program.variable:
         # What n0, n1, ... in the slices below are: one per chunk name.
         names = ", ".join(f"n{k} = {name}" for k, name in enumerate(program.count_names))
-        counts = [f"counts (given per call, each 0..{max(program.count_caps)}): {names}",
-                  "sizes below: slices as the counts place and clip them (model.py); steps and flags never change"]
+        counts = [
+            f"counts (given per call, each 0..{max(program.count_caps)}): {names}",
+            "sizes below: slices as the counts place and clip them (model.py); steps and flags never change",
+        ]
     return counts + [
         f"steps: {s.steps} ({s.stages} stage, {s.notifies} notify, {s.consumes} consume) over {program.ranks} ranks x {s.channels} channel(s)",
         f"flags: {s.flags} (each bumped once per call; epoch counters, no reset)",
@@ -269,7 +281,9 @@ def render_rich(program: Program) -> RenderableType:
     for rank, chans in enumerate(program.lists):
         for channel in range(len(chans)):
             found = rows(program, rank, channel)
-            table = Table(title=_list_title(rank, channel, len(found)), title_justify="left", show_edge=False, pad_edge=False)
+            table = Table(
+                title=_list_title(rank, channel, len(found)), title_justify="left", show_edge=False, pad_edge=False
+            )
             for name in COLUMNS:
                 table.add_column(name, justify="right" if name == "#" else "left", overflow="fold")
             for row in found:

@@ -166,8 +166,10 @@ class _Validator:
         if p.step_count() > MAX_STEPS:
             raise self.fail(None, f"has {p.step_count()} steps (limit {MAX_STEPS}); use larger slices")
         if p.variable and p.inplace_offsets is not None:
-            raise self.fail(None, "a variable-size program has no in-place form (its input would sit at a per-call "
-                                  "offset of its output)")
+            raise self.fail(
+                None,
+                "a variable-size program has no in-place form (its input would sit at a per-call offset of its output)",
+            )
         if len(p.count_names) != len(p.count_caps) or any(c < 0 for c in p.count_caps):
             raise self.fail(None, "its per-call counts' names and capacities do not match")
         notified: Counter[FlagRef] = Counter()
@@ -241,8 +243,11 @@ class _Validator:
             if expected is None:
                 raise self.fail(sid, f"{ref.text()}: rank {ref.rank}'s {ref.buf} holds no chunk of count {ref.var}")
         if where != expected:
-            raise self.fail(sid, f"{ref.text()} is not where count {ref.var}'s chunk sits in rank {ref.rank}'s "
-                                 f"{ref.buf} at every count (after counts {list(expected[0])}, at {expected[1]})")
+            raise self.fail(
+                sid,
+                f"{ref.text()} is not where count {ref.var}'s chunk sits in rank {ref.rank}'s "
+                f"{ref.buf} at every count (after counts {list(expected[0])}, at {expected[1]})",
+            )
 
     def _check_flag(self, sid: StepId, flag: FlagRef) -> None:
         if not (0 <= flag.rank < self.p.ranks and 0 <= flag.index < self.p.flag_counts[flag.rank]):
@@ -285,7 +290,14 @@ class _Validator:
         self.order, self.number, self.clocks = order, number, clocks
         self.rank_lists = [[self.list_index[(r, c)] for c in range(len(p.lists[r]))] for r in range(p.ranks)]
         # Per rank: the latest step of every list that happens before some step of that rank.
-        self.reach = np.stack([clocks[[number[sid] for sid, _ in order if sid.rank == r]].max(axis=0) if any(sid.rank == r for sid, _ in order) else np.full(nlists, -1) for r in range(p.ranks)])
+        self.reach = np.stack(
+            [
+                clocks[[number[sid] for sid, _ in order if sid.rank == r]].max(axis=0)
+                if any(sid.rank == r for sid, _ in order)
+                else np.full(nlists, -1)
+                for r in range(p.ranks)
+            ]
+        )
         self._memory_pass()
 
     def hb(self, a: int, b: int) -> bool:
@@ -330,7 +342,9 @@ class _Validator:
             return
         li = self.list_index[(sid.rank, sid.channel)]
         if not any(self.clocks[k, l] >= 0 for l in self.rank_lists[ref.rank]):
-            raise self.fail(sid, f"touches {ref.text()} before rank {ref.rank} is known to be in this call (no 'ready' from it)")
+            raise self.fail(
+                sid, f"touches {ref.text()} before rank {ref.rank} is known to be in this call (no 'ready' from it)"
+            )
         if self.reach[ref.rank, li] < sid.index:
             raise self.fail(sid, f"touches {ref.text()} but rank {ref.rank} may finish before it (no 'done' to it)")
 
@@ -347,11 +361,16 @@ class _Validator:
             pieces = []
             for seg in mem[(rank, buf)].read(off, off + count):
                 if seg.term is None:
-                    raise self.fail(sid, f"reads {ref.text()}, which holds nothing yet at [{seg.start}:{seg.end}) (missing stage?)")
+                    raise self.fail(
+                        sid, f"reads {ref.text()}, which holds nothing yet at [{seg.start}:{seg.end}) (missing stage?)"
+                    )
                 if ref.var is not None and seg.tag is not None and seg.tag != (ref.var, ref.at - off):
-                    raise self.fail(sid, f"reads {ref.text()}, whose [{seg.start}:{seg.end}) holds count "
-                                         f"{seg.tag[0]}'s chunk from position {seg.start + seg.tag[1]}: at some "
-                                         "counts it was never written (a value must move between slices clipped alike)")
+                    raise self.fail(
+                        sid,
+                        f"reads {ref.text()}, whose [{seg.start}:{seg.end}) holds count "
+                        f"{seg.tag[0]}'s chunk from position {seg.start + seg.tag[1]}: at some "
+                        "counts it was never written (a value must move between slices clipped alike)",
+                    )
                 if not self.hb(seg.writer, k):
                     wsid = self.order[seg.writer][0]
                     raise self.fail(sid, f"reads {ref.text()}, written by {wsid.text()} with no notify between them")

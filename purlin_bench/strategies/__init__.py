@@ -11,7 +11,9 @@ from purlin_bench.errors import PlanError
 from purlin_bench.strategies import direct, push, ring, two_shot
 from purlin_bench.strategies.base import Strategy
 
-STRATEGIES: dict[str, Strategy] = {s.name: s for s in (direct.STRATEGY, push.STRATEGY, two_shot.STRATEGY, ring.STRATEGY)}
+STRATEGIES: dict[str, Strategy] = {
+    s.name: s for s in (direct.STRATEGY, push.STRATEGY, two_shot.STRATEGY, ring.STRATEGY)
+}
 
 
 def get_strategy(name: str) -> Strategy:

@@ -40,7 +40,11 @@ MAX_CHANNELS = 64
 COMMON_PARAMS = (
     Param("slice_bytes", 0, minimum=0, help="bytes per slice (pipelining unit); 0 picks per strategy"),
     Param(
-        "channels", 1, minimum=1, maximum=MAX_CHANNELS, help="independent step lists per rank (thread-block groups on a GPU)",
+        "channels",
+        1,
+        minimum=1,
+        maximum=MAX_CHANNELS,
+        help="independent step lists per rank (thread-block groups on a GPU)",
         why=f"each channel is a thread-block group on a GPU; more than {MAX_CHANNELS} per rank outnumber the SMs and only add steps",
     ),
 )
@@ -186,7 +190,9 @@ def add_call_protocol(b: Builder) -> None:
         opening: list[Step] = []
         readers = sorted(x for (owner, x) in ready_flag if owner == q)
         if readers and b.inst.in_counts[q]:
-            opening.append(Stage(Ref(q, "in", 0, b.inst.in_counts[q])))  # staged in place: the input is the staging area
+            opening.append(
+                Stage(Ref(q, "in", 0, b.inst.in_counts[q]))
+            )  # staged in place: the input is the staging area
         opening.extend(Notify(ready_flag[(q, x)], "ready") for x in readers)
         b.lists[q][0][:0] = opening
         if q in done_waits:
@@ -213,7 +219,9 @@ def redirect_outputs_through_scratch(b: Builder) -> None:
                 if isinstance(step, Stage):
                     step = Stage(step.src, tuple(move(d) for d in step.dsts))
                 elif isinstance(step, Consume):
-                    step = Consume(step.waits, step.op, tuple(move(s) for s in step.srcs), tuple(move(d) for d in step.dsts))
+                    step = Consume(
+                        step.waits, step.op, tuple(move(s) for s in step.srcs), tuple(move(d) for d in step.dsts)
+                    )
                 new.append(step)
             b.lists[x][c] = new
     phase_waits: dict[int, list[FlagRef]] = {q: [] for q in range(ranks)}
@@ -227,7 +235,9 @@ def redirect_outputs_through_scratch(b: Builder) -> None:
         n = b.inst.out_counts[q]
         b.scratch_used[q] = base[q] + n
         if n:
-            b.lists[q][0].append(Consume(tuple(phase_waits[q]), "copy", (Ref(q, "scratch", base[q], n),), (Ref(q, "out", 0, n),)))
+            b.lists[q][0].append(
+                Consume(tuple(phase_waits[q]), "copy", (Ref(q, "scratch", base[q], n),), (Ref(q, "out", 0, n),))
+            )
         else:
             b.lists[q][0].append(Consume(tuple(phase_waits[q]), "wait"))
 

@@ -38,7 +38,9 @@ class _Ring:
             return out_ref(places_at[rank][0], lo, n)
         return self.b.scratch(rank, n, like=like)
 
-    def forward(self, places_at, start: int, hops: int, first_landing: Ref, flag, key, lo: int, n: int, channel: int) -> None:
+    def forward(
+        self, places_at, start: int, hops: int, first_landing: Ref, flag, key, lo: int, n: int, channel: int
+    ) -> None:
         """Carry a finished slice from ``start`` on for ``hops`` hops."""
         landing = first_landing
         for k in range(1, hops + 1):
@@ -48,7 +50,9 @@ class _Ring:
             if k < hops:
                 nxt = self.landing(places_at, (z + 1) % self.R, lo, n, like=landing)
                 nflag = self.b.flag((z + 1) % self.R)
-                self.put(hop_key, z, channel, Consume((flag,), "copy", (landing,), tuple(extra) + (nxt,)), Notify(nflag))
+                self.put(
+                    hop_key, z, channel, Consume((flag,), "copy", (landing,), tuple(extra) + (nxt,)), Notify(nflag)
+                )
                 landing, flag = nxt, nflag
             elif extra:
                 self.put(hop_key, z, channel, Consume((flag,), "copy", (landing,), tuple(extra)))
@@ -100,7 +104,9 @@ class _Ring:
                         if acc is None and op == "copy":
                             self.put(key, y, j, Stage(operands[0], (slot,)), Notify(nflag))
                         else:
-                            self.put(key, y, j, Consume((flag,) if flag else (), op, tuple(operands), (slot,)), Notify(nflag))
+                            self.put(
+                                key, y, j, Consume((flag,) if flag else (), op, tuple(operands), (slot,)), Notify(nflag)
+                            )
                         acc, flag = slot, nflag
                         continue
                     dsts = [out_ref(p, at, n) for p in places_at.get(owner, [])]

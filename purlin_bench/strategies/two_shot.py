@@ -27,4 +27,8 @@ def emit(b: Builder, params: dict[str, int]) -> None:
                 turn[owner] += 1
 
 
-STRATEGY = Strategy("two-shot", "split each flow over the ranks taking part; each owner reduces/copies its part into every consumer", emit)
+STRATEGY = Strategy(
+    "two-shot",
+    "split each flow over the ranks taking part; each owner reduces/copies its part into every consumer",
+    emit,
+)

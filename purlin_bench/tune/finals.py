@@ -50,7 +50,9 @@ class Final:
     note: str | None = None
 
 
-def pick(bench: SideBySide, bucket: Bucket, ranked: Sequence[RunConfig], default: RunConfig | None, rounds: int) -> Final:
+def pick(
+    bench: SideBySide, bucket: Bucket, ranked: Sequence[RunConfig], default: RunConfig | None, rounds: int
+) -> Final:
     """The entry for ``bucket`` from the study's configurations fastest
     first (``ranked``) and its measured default."""
     # rounds 0 (--confirm 0): the study's best stands, only guarded.
@@ -59,7 +61,11 @@ def pick(bench: SideBySide, bucket: Bucket, ranked: Sequence[RunConfig], default
     if not candidates:
         raise PurlinError(f"no configuration to pick from at {bucket.text()}")
     runs, failed = _rounds(bench, bucket, candidates, max(1, rounds))
-    medians = {c: tuple(statistics.median(run[i] for run in runs[c]) for i in range(len(runs[c][0]))) for c in candidates if runs[c]}
+    medians = {
+        c: tuple(statistics.median(run[i] for run in runs[c]) for i in range(len(runs[c][0])))
+        for c in candidates
+        if runs[c]
+    }
     if not medians:
         raise PurlinError(f"every finalist failed when timed again at {bucket.text()}: {'; '.join(failed.values())}")
     score = {c: statistics.geometric_mean(m) for c, m in medians.items()}
@@ -82,7 +88,9 @@ def pick(bench: SideBySide, bucket: Bucket, ranked: Sequence[RunConfig], default
     return Final(best, medians[best][0], base[0], note)
 
 
-def _rounds(bench: SideBySide, bucket: Bucket, candidates: list[RunConfig], rounds: int) -> tuple[dict[RunConfig, list[tuple[float, ...]]], dict[RunConfig, str]]:
+def _rounds(
+    bench: SideBySide, bucket: Bucket, candidates: list[RunConfig], rounds: int
+) -> tuple[dict[RunConfig, list[tuple[float, ...]]], dict[RunConfig, str]]:
     """Every candidate's probe times, ``rounds`` times, all candidates side
     by side each round. A candidate that fails is dropped with its reason
     (it ran in its trial: a failure now is news, not fatal)."""

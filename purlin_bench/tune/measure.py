@@ -65,7 +65,9 @@ class ServiceBench:
 
     def probe_nbytes(self, bucket: Bucket) -> tuple[int, ...]:
         """The nccl-tests message sizes of the probes (count rounding)."""
-        return tuple(self.spec.bytes_for_count(self.service.ranks, inst.count, inst.itemsize) for inst in self.probes(bucket))
+        return tuple(
+            self.spec.bytes_for_count(self.service.ranks, inst.count, inst.itemsize) for inst in self.probes(bucket)
+        )
 
     def nbytes(self, bucket: Bucket) -> int:
         """The nccl-tests message size actually measured (count rounding)."""
@@ -130,7 +132,13 @@ class ServiceBench:
         if not names:
             return None
         try:
-            compared = self.service.compare(inst, {"default": self.service.default_config(inst)}, self.dtype, baselines=names, policy=BASELINE_POLICY)
+            compared = self.service.compare(
+                inst,
+                {"default": self.service.default_config(inst)},
+                self.dtype,
+                baselines=names,
+                policy=BASELINE_POLICY,
+            )
         except DistError:
             raise  # a lost rank ends the run, not one trial
         except PurlinError:

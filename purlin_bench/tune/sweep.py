@@ -135,6 +135,7 @@ class Sweep:
         of two below its end), so one that merely starts under the cap would
         still be timed far above it. The last, unbounded bucket is measured
         at its lower edge alone, so that edge is where it ends."""
+
         def end(b: Bucket) -> int:
             return b.min_bytes if b.max_bytes is None else b.max_bytes + 1
 
@@ -170,7 +171,9 @@ def resolve_sweep(name_or_path: str) -> Sweep:
         return load_sweep_file(name_or_path)
     paths = builtin_sweep_paths()
     if name_or_path not in paths:
-        raise SweepError(f"unknown sweep '{name_or_path}' (built in: {', '.join(paths)}; or give a path to a .yaml file)")
+        raise SweepError(
+            f"unknown sweep '{name_or_path}' (built in: {', '.join(paths)}; or give a path to a .yaml file)"
+        )
     return load_sweep_file(paths[name_or_path])
 
 
@@ -292,7 +295,10 @@ def _parse_space(raw: Any, fail) -> Space:
         if raw_values in ([], None):
             raise fail(f"{where}.values", "empty space: list at least one value")
         listed = _list(raw_values, f"{where}.values", fail)
-        values = tuple(_param_value(name, kind, v, f"{where}.values[{i}]", plan_minimums, datapath, fail) for i, v in enumerate(listed))
+        values = tuple(
+            _param_value(name, kind, v, f"{where}.values[{i}]", plan_minimums, datapath, fail)
+            for i, v in enumerate(listed)
+        )
         if len(set(values)) != len(values):
             raise fail(f"{where}.values", "lists a value twice")
         when = _parse_condition(entry["when"], f"{where}.when", declared, fail) if "when" in entry else None
@@ -301,7 +307,9 @@ def _parse_space(raw: Any, fail) -> Space:
     return Space(tuple(strategies), tuple(params))
 
 
-def _param_value(name: str, kind: str, value: Any, where: str, plan_minimums: dict[str, int], datapath: dict[str, Param], fail) -> Any:
+def _param_value(
+    name: str, kind: str, value: Any, where: str, plan_minimums: dict[str, int], datapath: dict[str, Param], fail
+) -> Any:
     if kind == "plan":
         number = _size(value, where, fail) if name.endswith("_bytes") else value
         if isinstance(number, bool) or not isinstance(number, int) or number < plan_minimums[name]:
@@ -323,7 +331,10 @@ def _parse_condition(raw: Any, where: str, declared: dict[str, tuple[Any, ...]],
         at = f"{where}.{name}"
         if name not in declared and name not in CONTEXT_NAMES:
             names = ", ".join([*declared, *(n for n in CONTEXT_NAMES if n not in declared)])
-            raise fail(at, f"unknown name {name!r}: a condition reads the study context or a parameter declared above it ({names})")
+            raise fail(
+                at,
+                f"unknown name {name!r}: a condition reads the study context or a parameter declared above it ({names})",
+            )
         values = tuple(wanted) if isinstance(wanted, list) else (wanted,)
         if not values:
             raise fail(at, "empty: list at least one value")

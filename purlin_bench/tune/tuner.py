@@ -122,7 +122,14 @@ class StudyOutcome:
 OnTrial = Callable[[StudySpec, TrialResult], None]
 
 
-def run_study(spec: StudySpec, measure: Measure, check: Check, storage: Any, settings: TuneSettings, on_trial: OnTrial | None = None) -> StudyOutcome:
+def run_study(
+    spec: StudySpec,
+    measure: Measure,
+    check: Check,
+    storage: Any,
+    settings: TuneSettings,
+    on_trial: OnTrial | None = None,
+) -> StudyOutcome:
     """Run (or resume, or join) the study ``spec.name`` in ``storage`` until it
     holds ``settings.trials`` finished trials, the timeout passes, or the
     sampler has no configuration left."""
@@ -248,7 +255,9 @@ def _enqueue_first(study: Any, spec: StudySpec) -> None:
     for role, config in ((ROLE_DEFAULT, default), (ROLE_PREVIOUS, previous)):
         if config is None or role in roles:
             continue
-        study.enqueue_trial(spec.space.params_of(config, spec.context), user_attrs={ATTR_ROLE: role, ATTR_FIXED: config.to_dict()})
+        study.enqueue_trial(
+            spec.space.params_of(config, spec.context), user_attrs={ATTR_ROLE: role, ATTR_FIXED: config.to_dict()}
+        )
 
 
 class _Objective:
@@ -267,7 +276,9 @@ class _Objective:
         except KeyboardInterrupt:
             # Optuna fails the trial (no reason: not counted) and re-raises;
             # queue it again as for a worker that died.
-            retry_stale(trial.study, next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number))
+            retry_stale(
+                trial.study, next(t for t in trial.study.get_trials(deepcopy=False) if t.number == trial.number)
+            )
             raise
 
     def _run(self, trial: Any) -> float:
@@ -371,7 +382,11 @@ def _verdict(verdict: Any) -> tuple[bool, str]:
         return verdict, ""
     ok = bool(getattr(verdict, "ok", verdict))
     wrong, total = getattr(verdict, "wrong", None), getattr(verdict, "total", None)
-    detail = f": {wrong} of {total} output elements differ from the reference" if wrong is not None and total is not None else ""
+    detail = (
+        f": {wrong} of {total} output elements differ from the reference"
+        if wrong is not None and total is not None
+        else ""
+    )
     return ok, detail
 
 
@@ -392,7 +407,9 @@ def _result(t: Any) -> TrialResult:
     )
 
 
-def _outcome(spec: StudySpec, trials: list[Any], settings: TuneSettings, objective: _Objective, deadline: float | None) -> StudyOutcome:
+def _outcome(
+    spec: StudySpec, trials: list[Any], settings: TuneSettings, objective: _Objective, deadline: float | None
+) -> StudyOutcome:
     from optuna.trial import TrialState
 
     counted = [_result(t) for t in sorted(trials, key=lambda t: t.number) if is_counted(t)]

@@ -30,7 +30,9 @@ from purlin_bench.spec.instance import Instance
 from purlin_bench.timing import Timing
 
 PARAMS = (
-    Param("blocks", 0, minimum=0, maximum=32, help="thread blocks per (rank, channel) list; 0 sizes them from the data"),
+    Param(
+        "blocks", 0, minimum=0, maximum=32, help="thread blocks per (rank, channel) list; 0 sizes them from the data"
+    ),
     Param("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines"),
 )
 BASELINE = "plain"  # the plain code a user would write, modelled 3x slower
@@ -121,7 +123,9 @@ class FakeBackend(Backend):
     # backends by name, so a test plants faults here (with monkeypatch).
     default_device = FakeDevice()
 
-    def __init__(self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, device: FakeDevice | None = None):
+    def __init__(
+        self, ranks: int, gpus: tuple[int, ...] | None = None, seed: int = 0, device: FakeDevice | None = None
+    ):
         super().__init__(ranks, gpus, seed)
         self.device = device or self.default_device
         self.batches = 0  # batches timed so far: the drift's clock
@@ -138,7 +142,15 @@ class FakeBackend(Backend):
         return f"{self.ranks} ranks on a fake device"
 
     def fingerprint(self) -> Fingerprint:
-        return Fingerprint(backend=self.name, gpu_type="fake", layout=layout_slug(self.ranks, len(set(self.gpus or ())), True), ranks=self.ranks, link="a modelled device", device_name="fake device", devices=self.gpus or ())
+        return Fingerprint(
+            backend=self.name,
+            gpu_type="fake",
+            layout=layout_slug(self.ranks, len(set(self.gpus or ())), True),
+            ranks=self.ranks,
+            link="a modelled device",
+            device_name="fake device",
+            devices=self.gpus or (),
+        )
 
     def time_label(self, policy: TimingPolicy) -> str:
         return "a modelled clock"

@@ -45,7 +45,9 @@ class HostReference:
 
     def baseline(self, name: str) -> Call:
         if name != NumpyBackend.name:
-            raise PurlinError(f"baseline {name} needs another backend; the CPU reference's baseline is {NumpyBackend.name}")
+            raise PurlinError(
+                f"baseline {name} needs another backend; the CPU reference's baseline is {NumpyBackend.name}"
+            )
         return Call(lambda i: self.inst.reference(self.inputs, self.redop))
 
 
@@ -80,7 +82,11 @@ class NumpyBackend(Backend):
     def describe(self) -> str:
         if self.procs:
             return f"numpy CPU reference, {self.ranks} rank{'s' if self.ranks != 1 else ''} in shared memory"
-        split = f", each list split over {self.block_model[0]} blocks of {self.block_model[1]} threads" if self.block_model else ""
+        split = (
+            f", each list split over {self.block_model[0]} blocks of {self.block_model[1]} threads"
+            if self.block_model
+            else ""
+        )
         return f"numpy CPU reference, {self.ranks} simulated rank{'s' if self.ranks != 1 else ''}{split}"
 
     def fingerprint(self) -> Fingerprint:
@@ -91,7 +97,9 @@ class NumpyBackend(Backend):
             gpu_type="cpu",
             layout=procs_layout_slug(self.ranks, None) if procs else layout_slug(self.ranks, 1, False),
             ranks=self.ranks,
-            link=f"{self.ranks} processes on the CPU over shared memory (numpy reference)" if procs else f"{self.ranks} simulated ranks on the CPU (numpy reference)",
+            link=f"{self.ranks} processes on the CPU over shared memory (numpy reference)"
+            if procs
+            else f"{self.ranks} simulated ranks on the CPU (numpy reference)",
             device_name=model,
             cpu_model=model,
         )
@@ -106,7 +114,11 @@ class NumpyBackend(Backend):
 
     def time_label(self, policy: TimingPolicy) -> str:
         # What time() does with the policy, so bench's header says the timing actually done.
-        iters, reps, warm = min(policy.iters, self.MAX_ITERS), min(policy.reps, self.MAX_REPS), min(policy.warmup, self.MAX_WARMUP_CALLS)
+        iters, reps, warm = (
+            min(policy.iters, self.MAX_ITERS),
+            min(policy.reps, self.MAX_REPS),
+            min(policy.warmup, self.MAX_WARMUP_CALLS),
+        )
         capped = " (capped on the CPU)" if (iters, reps, warm) != (policy.iters, policy.reps, policy.warmup) else ""
         graphs = "; no CUDA graphs" if policy.graph else ""
         return f"CPU wall clock, {iters} calls per batch, {warm} warm-up call{'s' if warm != 1 else ''}, median of {reps} batches{capped}{graphs}"

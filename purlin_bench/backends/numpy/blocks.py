@@ -107,11 +107,20 @@ class BlockSplitRunner(NumpyRunner):
         self.epoch += 1
         self._now = self._counts.get(slot, ())
         need = self.bumps_needed()
-        heads = {(r, c, b): 0 for r, chans in enumerate(p.lists) for c, steps in enumerate(chans) if steps for b in range(self.blocks)}
+        heads = {
+            (r, c, b): 0
+            for r, chans in enumerate(p.lists)
+            for c, steps in enumerate(chans)
+            if steps
+            for b in range(self.blocks)
+        }
         while heads:
             ready = [k for k, i in heads.items() if self._ready(p.lists[k[0]][k[1]][i], need)]
             if not ready:
-                raise DeadlockError(f"deadlock in {p.collective}/{p.strategy} with {self.blocks} blocks a list: {self._blocked(heads, need)}")
+                raise DeadlockError(
+                    f"deadlock in {p.collective}/{p.strategy} with {self.blocks} blocks a list: "
+                    f"{self._blocked(heads, need)}"
+                )
             key = ready[int(self.rng.integers(len(ready)))]
             rank, channel, block = key
             steps = p.lists[rank][channel]

@@ -46,7 +46,9 @@ def check_store_order(machine: str) -> None:
     """Refuse processors that may reorder stores (Arm, POWER): there a peer
     could see a flag before the data it releases, and Python has no fence."""
     if machine.lower() not in STORE_ORDERED:
-        raise ExecutionError(f"the CPU reference with one process per rank needs x86's store order; this is {machine or 'an unknown processor'}: run its ranks in one process (without --procs)")
+        raise ExecutionError(
+            f"the CPU reference with one process per rank needs x86's store order; this is {machine or 'an unknown processor'}: run its ranks in one process (without --procs)"
+        )
 
 
 class RankRunner:
@@ -69,7 +71,10 @@ class RankRunner:
         ncounts = len(program.count_caps)
         words = [max(1, program.flag_counts[r]) + self.sets * ncounts for r in range(program.ranks)]
         mine = [Segment.create(procs.folder, f"{tag}-r{self.rank}-flags", 8 * words[self.rank])]
-        mine += [Segment.create(procs.folder, f"{tag}-r{self.rank}-s{s}", per_set * self.dtype.itemsize) for s in range(self.sets)]
+        mine += [
+            Segment.create(procs.folder, f"{tag}-r{self.rank}-s{s}", per_set * self.dtype.itemsize)
+            for s in range(self.sets)
+        ]
         self._segments += mine
         try:
             group.barrier(f"{tag}-created")
@@ -80,7 +85,11 @@ class RankRunner:
                 nflags = max(1, program.flag_counts[r])
                 self.flags.append(both[:nflags])
                 self.counts.append(both[nflags:].reshape(self.sets, ncounts))
-                sets_of_r = mine[1:] if r == self.rank else [self._open(f"{tag}-r{r}-s{s}", per_set * self.dtype.itemsize) for s in range(self.sets)]
+                sets_of_r = (
+                    mine[1:]
+                    if r == self.rank
+                    else [self._open(f"{tag}-r{r}-s{s}", per_set * self.dtype.itemsize) for s in range(self.sets)]
+                )
                 self.memory.append([np.frombuffer(seg.buffer, dtype=self.dtype) for seg in sets_of_r])
             group.barrier(f"{tag}-mapped")
         finally:
@@ -175,7 +184,9 @@ class RankRunner:
                 # A dead peer (the launcher aborts the run) or a peer that
                 # failed this call: stop now, not at the watchdog.
                 looked = now
-                self.procs.group.check_cancelled(f"rank {self.rank} stopped waiting in {self.program.collective}/{self.program.strategy}")
+                self.procs.group.check_cancelled(
+                    f"rank {self.rank} stopped waiting in {self.program.collective}/{self.program.strategy}"
+                )
             if now - since > self.procs.watchdog_s:
                 self._timeout(lists, heads, now - since)
             naps += 1
