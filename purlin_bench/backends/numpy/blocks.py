@@ -31,9 +31,9 @@ from typing import Mapping
 
 import numpy as np
 
-from purlin_bench.backends.numpy.executor import NumpyRunner, poison
+from purlin_bench.backends.numpy.executor import NumpyRunner
 from purlin_bench.dtypes import accumulate
-from purlin_bench.errors import DeadlockError, ExecutionError, PurlinError
+from purlin_bench.errors import DeadlockError, PurlinError
 from purlin_bench.program.model import Consume, Notify, Program, Stage
 from purlin_bench.program.variable import resolve
 
@@ -98,14 +98,7 @@ class BlockSplitRunner(NumpyRunner):
 
     def run(self, slot: int = 0) -> None:
         p = self.program
-        if slot not in self._inputs:
-            raise ExecutionError(f"buffer set {slot} has no inputs loaded")
-        for array in self.memory.values():
-            poison(array)
-        for r, x in enumerate(self._inputs[slot]):
-            self.buffer(r, "in")[...] = x
-        self.epoch += 1
-        self._now = self._counts.get(slot, ())
+        self._begin(slot)
         need = self.bumps_needed()
         heads = {
             (r, c, b): 0

@@ -75,8 +75,9 @@ class NumpyRunner:
         """The counts buffer set ``slot`` holds (None: a fixed-size program)."""
         return self._counts.get(slot) if self.program.variable else None
 
-    def run(self, slot: int = 0) -> None:
-        p = self.program
+    def _begin(self, slot: int) -> None:
+        """A call's start, however its lists are walked: poisoned buffers,
+        the slot's inputs and counts in place, the next epoch."""
         if slot not in self._inputs:
             raise ExecutionError(f"buffer set {slot} has no inputs loaded")
         for array in self.memory.values():
@@ -85,6 +86,10 @@ class NumpyRunner:
             self.buffer(r, "in")[...] = x
         self.epoch += 1
         self._now = self._counts.get(slot, ())
+
+    def run(self, slot: int = 0) -> None:
+        p = self.program
+        self._begin(slot)
         for _, step in Walk(p, self.flags, self.epoch).order(self.rng):
             if isinstance(step, Stage):
                 for dst in step.dsts:
