@@ -12,33 +12,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from purlin_bench.cli import limits
-from purlin_bench.cli.main import run
+from tests import cli_refusal
+from tests.cli_refusal import purlin
 
 BINARY = bytes(range(128, 256)) * 4  # not UTF-8 from its first byte
 
 
-def purlin(capsys, *args) -> tuple[int, str, str]:
-    code = run([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def refused(capsys, fragment: str, *args) -> str:
-    start = time.perf_counter()
-    code, out, err = purlin(capsys, *args)
-    assert code != 0, err
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("purlin: error: "), err
-    assert fragment in lines[0], lines[0]
-    assert out == "", out  # refused before any header or table
-    assert time.perf_counter() - start < 30
-    return lines[0]
+    return cli_refusal.refused(capsys, fragment, *args, seconds=30)
 
 
 @pytest.fixture

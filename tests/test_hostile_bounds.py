@@ -8,36 +8,19 @@ import json
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from purlin_bench.cli.main import run
 from purlin_bench.errors import PurlinError
+from tests.cli_refusal import purlin, refused
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNE = ("tune", "all-reduce", "--backend", "numpy", "--trials", "1", "--confirm", "0", "--dtype", "float32",
         "--ranks", "2", "--max-bytes", "1K")
 
 
-def purlin(capsys, *args) -> tuple[int, str, str]:
-    code = run([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def refused(capsys, fragment: str, *args, seconds: float = 20) -> str:
-    start = time.perf_counter()
-    code, out, err = purlin(capsys, *args)
-    assert code != 0, err
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("purlin: error: "), err
-    assert fragment in lines[0], lines[0]
-    assert out == "", out
-    assert time.perf_counter() - start < seconds
-    return lines[0]
 
 
 def spec_file(tmp_path: Path, when: str = "", loop: int = 4, chunk: str = "c(i)") -> Path:

@@ -10,38 +10,21 @@ import json
 import os
 import stat
 import threading
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from purlin_bench.cli.main import run
 from purlin_bench.export import ExportError
 from purlin_bench.export.header import render as header
 from purlin_bench.planfile import ArtifactError, load_plan_file
+from tests.cli_refusal import purlin, refused
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ("bench", "all-reduce", "--backend", "numpy", "-e", "64", "-f", "8")
 PLAN = ROOT / "results" / "h200" / "all-gather-8vr-float32.json"
 
 
-def purlin(capsys, *args) -> tuple[int, str, str]:
-    code = run([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def refused(capsys, fragment: str, *args) -> str:
-    start = time.perf_counter()
-    code, out, err = purlin(capsys, *args)
-    assert code != 0, err
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("purlin: error: "), err
-    assert fragment in lines[0], lines[0]
-    assert out == "", out
-    assert time.perf_counter() - start < 20
-    return lines[0]
 
 
 @pytest.fixture
