@@ -38,6 +38,20 @@ def _rank_of(pid: int) -> int | None:
     return int(found[0][5:]) if found else None
 
 
+def _ranks_of(launcher, count: int, ranks: dict[int, int] | None = None, seconds: float = 60) -> dict[int, int]:
+    """Rank -> pid of ``launcher``'s ``count`` ranks, once all have started
+    (a loaded machine, another run beside the tests, starts them slowly);
+    filled into ``ranks`` as they appear, so a caller's cleanup finds them
+    even when not all start."""
+    ranks = {} if ranks is None else ranks
+    deadline = time.monotonic() + seconds
+    while len(ranks) < count and time.monotonic() < deadline:
+        ranks.update({r: p for p in _children(launcher.pid) if (r := _rank_of(p)) is not None})
+        time.sleep(0.1)
+    assert len(ranks) == count, f"the ranks did not start: {ranks}"
+    return ranks
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -59,12 +73,7 @@ def test_killing_a_rank_mid_run_stops_every_other_with_a_named_error(backend):
          "-b", "8", "-e", "1M", "-f", "2", "-n", "5", "-w", "1", "-G", "3"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ, cwd=ROOT,
     )
-    ranks: dict[int, int] = {}
-    deadline = time.monotonic() + 60
-    while len(ranks) < 3 and time.monotonic() < deadline:
-        ranks = {r: p for p in _children(launcher.pid) if (r := _rank_of(p)) is not None}
-        time.sleep(0.1)
-    assert len(ranks) == 3, f"the ranks did not start: {ranks}"
+    ranks = _ranks_of(launcher, 3)
     time.sleep(3)  # in the middle of the benchmark's calls
     assert launcher.poll() is None, launcher.communicate()
     killed_at = time.monotonic()
@@ -195,11 +204,7 @@ def test_a_stopped_rank_ends_the_run_within_the_watchdog_naming_it():
     )
     ranks: dict[int, int] = {}
     try:
-        deadline = time.monotonic() + 60  # a loaded machine (another run beside the tests) starts ranks slowly
-        while len(ranks) < 2 and time.monotonic() < deadline:
-            ranks = {r: p for p in _children(launcher.pid) if (r := _rank_of(p)) is not None}
-            time.sleep(0.1)
-        assert len(ranks) == 2, f"the ranks did not start: {ranks}"
+        _ranks_of(launcher, 2, ranks)
         # Rank 0 prints the header once every rank has joined (a loaded
         # machine can take tens of seconds): only then is rank 1 mid-run.
         header = launcher.stdout.readline()
