@@ -78,7 +78,8 @@ def make(cls: type[Backend], ranks: int, gpus: tuple[int, ...] | None = None, se
     if run is not None:
         if gpus:
             raise PurlinError(
-                "--gpus with one process per rank maps ranks to GPUs when the run starts (--procs N --gpus ...), not inside a process"
+                "--gpus with one process per rank maps ranks to GPUs when the run starts (--procs N --gpus ...),"
+                " not inside a process"
             )
         if ranks != run.size:
             raise PurlinError(f"{ranks} ranks asked for, but this run has {run.size} processes (one rank each)")

@@ -258,10 +258,12 @@ def summary_lines(program: Program, summary: Summary | None = None) -> list[str]
             "sizes below: slices as the counts place and clip them (model.py); steps and flags never change",
         ]
     return counts + [
-        f"steps: {s.steps} ({s.stages} stage, {s.notifies} notify, {s.consumes} consume) over {program.ranks} ranks x {s.channels} channel(s)",
+        f"steps: {s.steps} ({s.stages} stage, {s.notifies} notify, {s.consumes} consume)"
+        f" over {program.ranks} ranks x {s.channels} channel(s)",
         f"flags: {s.flags} (each bumped once per call; epoch counters, no reset)",
         f"scratch: {s.scratch_elems} elements per rank ({human_bytes(s.scratch_bytes)})",
-        f"remote reads: {s.remote_reads} slices ({human_bytes(s.remote_read_bytes)}); remote writes: {s.remote_writes} slices ({human_bytes(s.remote_write_bytes)})",
+        f"remote reads: {s.remote_reads} slices ({human_bytes(s.remote_read_bytes)});"
+        f" remote writes: {s.remote_writes} slices ({human_bytes(s.remote_write_bytes)})",
         f"buffers (elements): {buffers}",
     ]
 

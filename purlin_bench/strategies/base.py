@@ -45,7 +45,8 @@ COMMON_PARAMS = (
         minimum=1,
         maximum=MAX_CHANNELS,
         help="independent step lists per rank (thread-block groups on a GPU)",
-        why=f"each channel is a thread-block group on a GPU; more than {MAX_CHANNELS} per rank outnumber the SMs and only add steps",
+        why=f"each channel is a thread-block group on a GPU; more than {MAX_CHANNELS} per rank outnumber the SMs"
+        " and only add steps",
     ),
 )
 

@@ -333,7 +333,8 @@ def _parse_condition(raw: Any, where: str, declared: dict[str, tuple[Any, ...]],
             names = ", ".join([*declared, *(n for n in CONTEXT_NAMES if n not in declared)])
             raise fail(
                 at,
-                f"unknown name {name!r}: a condition reads the study context or a parameter declared above it ({names})",
+                f"unknown name {name!r}: a condition reads the study context or a parameter declared above it"
+                f" ({names})",
             )
         values = tuple(wanted) if isinstance(wanted, list) else (wanted,)
         if not values:

@@ -121,7 +121,8 @@ class NumpyBackend(Backend):
         )
         capped = " (capped on the CPU)" if (iters, reps, warm) != (policy.iters, policy.reps, policy.warmup) else ""
         graphs = "; no CUDA graphs" if policy.graph else ""
-        return f"CPU wall clock, {iters} calls per batch, {warm} warm-up call{'s' if warm != 1 else ''}, median of {reps} batches{capped}{graphs}"
+        calls = f"{warm} warm-up call{'s' if warm != 1 else ''}"
+        return f"CPU wall clock, {iters} calls per batch, {calls}, median of {reps} batches{capped}{graphs}"
 
     def baselines(self) -> tuple[str, ...]:
         # With one process per rank there is no plain CPU code to compare

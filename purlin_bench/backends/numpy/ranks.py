@@ -47,7 +47,8 @@ def check_store_order(machine: str) -> None:
     could see a flag before the data it releases, and Python has no fence."""
     if machine.lower() not in STORE_ORDERED:
         raise ExecutionError(
-            f"the CPU reference with one process per rank needs x86's store order; this is {machine or 'an unknown processor'}: run its ranks in one process (without --procs)"
+            f"the CPU reference with one process per rank needs x86's store order; this is"
+            f" {machine or 'an unknown processor'}: run its ranks in one process (without --procs)"
         )
 
 
@@ -220,7 +221,8 @@ class RankRunner:
                 value = int(self.flags[flag.rank][flag.index])
                 raise WatchdogTimeout(
                     f"watchdog: rank {self.rank} channel {c} step {heads[c]} waited {waited:.1f} s on {flag.text()} "
-                    f"(value {value}, needed {self.epoch}) in {self.program.collective}/{self.program.strategy}; its notify never came"
+                    f"(value {value}, needed {self.epoch}) in {self.program.collective}/{self.program.strategy};"
+                    " its notify never came"
                 )
 
     def reset(self) -> None:
