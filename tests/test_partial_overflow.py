@@ -71,7 +71,7 @@ def test_purlin_checks_note_names_the_cause(monkeypatch):
     monkeypatch.setattr(m, "exact_inputs", near_max)
     spec = load_builtin("all-reduce")
     request = m.Request((spec,), (3,), ("ring", "direct"), ("float16",), (64,), None, None, (False,))
-    runner = m.Runner(NumpyBackend, 0)
+    runner = m.JobRunner(NumpyBackend, 0)
     outcomes = {o.combo.strategy: o for o in (runner.run(j) for j in m.expand(request))}
     assert outcomes["direct"].status == m.PASS and outcomes["direct"].note == ""
     ring = outcomes["ring"]

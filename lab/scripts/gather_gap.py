@@ -25,7 +25,7 @@ import numpy as np
 
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.compiled import options_of
-from purlin_bench.backends.cupy.timing import Candidate
+from purlin_bench.backends.cupy.timing import StreamCandidate
 from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.bench.run import instances
 from purlin_bench.config import RunConfig
@@ -76,7 +76,7 @@ def step_kernel(per_block: int, purlin_params: bool, switch: bool, cg: bool) -> 
     return (_LD_CG if cg else "") + f'extern "C" __global__ void gather8_step({", ".join(params)}) {{ {body} }}\n'
 
 
-def bare_candidates(nbytes: int, sets: int, purlin_source: tuple[tuple[str, ...], str, int] | None = None) -> tuple[dict[str, Candidate], dict[str, list], object]:
+def bare_candidates(nbytes: int, sets: int, purlin_source: tuple[tuple[str, ...], str, int] | None = None) -> tuple[dict[str, StreamCandidate], dict[str, list], object]:
     """name -> candidate rotating over ``sets`` buffer sets, name -> its
     output per set, and the expected output; ``purlin_source`` (options,
     source, grid) adds purlin's generated kernel, launched bare."""
@@ -102,7 +102,7 @@ def bare_candidates(nbytes: int, sets: int, purlin_source: tuple[tuple[str, ...]
                 cupy.cuda.Event(disable_timing=True).record(target)
             kernel((grid,), (128,), args[i % sets], stream=target)
 
-        cands[name], outs[name] = Candidate(enqueue, stream), dsts
+        cands[name], outs[name] = StreamCandidate(enqueue, stream), dsts
 
     def one_allocation(stride: int):
         def parts(s):
@@ -182,7 +182,7 @@ def main() -> int:
     import cupy
 
     runner = prepared.runner
-    cands["purlin's runner on a non-blocking stream"] = Candidate(lambda target, i: runner.launch(target, i % sets), cupy.cuda.Stream(non_blocking=True))
+    cands["purlin's runner on a non-blocking stream"] = StreamCandidate(lambda target, i: runner.launch(target, i % sets), cupy.cuda.Stream(non_blocking=True))
     times = backend.time(list(cands.values()), TimingPolicy(iters=args.iters, warmup=2, reps=args.reps))
     wrong = sum(int((d != expect).sum()) for dsts in outs.values() for d in dsts)
     print(f"# gather of {size} B over {RANKS} ranks, float32, {sets} buffer sets each, side by side, median of {args.reps}; purlin #wrong {prepared.nwrong}, bare kernels #wrong {wrong}")

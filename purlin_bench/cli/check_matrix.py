@@ -231,7 +231,7 @@ def _expand_strategies(request: Request, inst: Instance, base: Combo) -> Iterato
 # -- running it --------------------------------------------------------------
 
 
-class Runner:
+class JobRunner:
     """Runs jobs on one backend, one measurement service per rank count."""
 
     def __init__(self, backend: type[Backend], seed: int, gpus: tuple[int, ...] | None = None,

@@ -101,7 +101,7 @@ def summary(outcomes: list[m.Outcome], seconds: float, backend: str) -> dict:
             "not_applicable": counts[m.NA], "seconds": round(seconds, 2), "backend": backend}
 
 
-def _run_all(items: list, runner: m.Runner, show_progress: bool) -> list[m.Outcome]:
+def _run_all(items: list, runner: m.JobRunner, show_progress: bool) -> list[m.Outcome]:
     jobs = sum(isinstance(item, m.Job) for item in items)
     outcomes: list[m.Outcome] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -202,7 +202,7 @@ def check(
     if why:
         note(why)
     start = time.perf_counter()
-    runner = m.Runner(chosen, seed, devices, exec_params)
+    runner = m.JobRunner(chosen, seed, devices, exec_params)
     outcomes = _run_all(items, runner, show_progress=not as_json and err_console.is_terminal)
     totals = summary(outcomes, time.perf_counter() - start, chosen.name)
     if as_json:

@@ -19,17 +19,22 @@ from purlin_bench.timing import Timing
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """``enqueue(stream, i)`` puts call ``i`` on ``stream``; ``after`` runs
-    once the candidate's warm-up and its last batch are done (status checks)."""
+class StreamCandidate:
+    """The GPU's timing candidate (the port's opaque Candidate, made
+    concrete): ``enqueue(stream, i)`` puts call ``i`` on ``stream``; ``after``
+    runs once the candidate's warm-up and its last batch are done (status checks)."""
 
     enqueue: Callable[[object, int], None]
     stream: object
     after: Callable[[], None] | None = None
 
 
+# The name executor.py still imports; one definition, StreamCandidate above.
+Candidate = StreamCandidate
+
+
 def time_side_by_side(
-    candidates: Sequence[Candidate],
+    candidates: Sequence[StreamCandidate],
     device: int,
     iters: int,
     warmup: int,
@@ -53,7 +58,7 @@ def time_side_by_side(
                 c.after()
         begin, end = cupy.cuda.Event(), cupy.cuda.Event()
 
-        def batch_of(c: Candidate, replay: Callable[[], None]) -> Callable[[], float]:
+        def batch_of(c: StreamCandidate, replay: Callable[[], None]) -> Callable[[], float]:
             def batch() -> float:
                 # One untimed call first: the batch before may be another
                 # candidate's, and the first call after it pays for what that
@@ -88,10 +93,10 @@ def time_calls(
     after: Callable[[], None] | None = None,
 ) -> Timing:
     """One candidate: ``enqueue(stream, i)`` puts call ``i`` on ``stream``."""
-    return time_side_by_side([Candidate(enqueue, stream, after)], device, iters, warmup, reps, graph)[0]
+    return time_side_by_side([StreamCandidate(enqueue, stream, after)], device, iters, warmup, reps, graph)[0]
 
 
-def _replay(c: Candidate, iters: int, graph: bool) -> Callable[[], None]:
+def _replay(c: StreamCandidate, iters: int, graph: bool) -> Callable[[], None]:
     def batch() -> None:
         for i in range(iters):
             c.enqueue(c.stream, i)
