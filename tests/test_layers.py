@@ -20,7 +20,8 @@ LAYERS = (
     ("base", ("errors", "dtypes", "sizes", "config", "resources", "yamlfile", "timing", "hardware", "atomic", "inputs", "textfile", "dist")),
     ("specs", ("spec",)),
     ("programs", ("program", "strategies", "planner", "heuristics", "check", "roofline")),
-    ("backends", ("backends",)),
+    # The baselines registry sits with the backends: each baseline is one of theirs.
+    ("backends", ("backends", "baselines")),
     ("measurement", ("measurement", "planfile")),
     ("tools", ("bench", "tune", "export", "plans", "torch")),
     # The package's front (purlin_bench.load_plan, python -m purlin_bench).

@@ -7,7 +7,8 @@ its default datapath is for an instance, and it prepares a Program into a
 **Runner** over a number of buffer sets. It also computes a **Reference**
 (the expected outputs of exact inputs, where its runners can compare them:
 on the device for a GPU) and times **candidates** side by side: its own
-runners and the baselines it offers ("the plain code a user would write").
+runners and the baselines that run on its layout ("the plain code a user
+would write": a registry of their own, purlin_bench/baselines/, one file each).
 
 The measurement service (purlin_bench.measurement) is the only caller of
 most of this; check, bench, tune and the Python API go through it.
@@ -34,6 +35,18 @@ from purlin_bench.timing import Timing
 # The timing kind of device times; every other kind (the CPU reference's
 # "cpu-reference", the fake device's "fake") is marked as not GPU speed.
 TIMING_GPU = "gpu"
+
+# How a backend's ranks sit (Backend.rank_layout), as the baselines registry
+# (purlin_bench/baselines/) says where each baseline runs: every rank in one
+# process on one device; one rank per GPU in one process; one process per
+# rank, each on a GPU of its own (or the CPU); processes sharing one GPU.
+VIRTUAL, GPUS, PROCS, PROCS_SHARED = "virtual", "gpus", "procs", "procs-shared"
+LAYOUTS = {
+    VIRTUAL: "virtual ranks (one process, one device)",
+    GPUS: "one rank per GPU in one process",
+    PROCS: "one process per rank",
+    PROCS_SHARED: "processes sharing a GPU",
+}
 
 
 @dataclass(frozen=True)
@@ -211,14 +224,25 @@ class Backend(ABC):
         """The copy bandwidth under a collective's floor, measured now."""
         return None
 
-    @abstractmethod
+    def rank_layout(self) -> str:
+        """How the ranks sit (VIRTUAL, GPUS, PROCS, PROCS_SHARED): which
+        baselines run here. A backend whose processes can share a device says so."""
+        if self.procs is not None:
+            return PROCS
+        return VIRTUAL if self.fused else GPUS
+
     def baselines(self) -> tuple[str, ...]:
-        """The baselines this layout can time, the strongest first."""
+        """The baselines this layout can time, the strongest first (the registry's)."""
+        from purlin_bench import baselines
+
+        return baselines.offered(self.name, self.rank_layout())
 
     def refused_baselines(self) -> dict[str, str]:
         """Baselines this backend has that this layout cannot time, each
         with why (asked for, bench says so and goes on without them)."""
-        return {}
+        from purlin_bench import baselines
+
+        return baselines.refused(self.name, self.rank_layout())
 
     @abstractmethod
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> Runner:
@@ -249,9 +273,9 @@ class Backend(ABC):
     def rank_baseline(self, runner: Runner, inst: Instance, name: str) -> Candidate:
         """With one process per rank: this rank's part of baseline ``name``
         over ``runner``'s inputs (every rank makes it, and times it, together)."""
-        from purlin_bench.errors import PurlinError
+        from purlin_bench import baselines
 
-        raise PurlinError(f"backend {self.name} has no baseline {name} with one process per rank")
+        return baselines.make(name, baselines.Site(self.name, self.rank_layout(), runner, inst, part=self))
 
 
 def check_params(backend: type[Backend], params: dict[str, Any]) -> dict[str, Any]:

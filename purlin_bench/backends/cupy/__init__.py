@@ -13,7 +13,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from purlin_bench.backends.cupy.executor import DEFAULT_TIMEOUT_S, PARAMS, CupyRunner, KernelSettings
-from purlin_bench.backends.port import Backend, TimingPolicy, check_params
+from purlin_bench.backends.port import PROCS_SHARED, Backend, TimingPolicy, check_params
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import DTYPES, resolve_dtype
 from purlin_bench.errors import ExecutionError, PurlinError
@@ -230,35 +230,12 @@ class CupyBackend(Backend):
 
         return measure_copy_bandwidth(self.world.devices)
 
-    def baselines(self) -> tuple[str, ...]:
-        if self.procs is not None:
-            # NCCL where it runs (a GPU a rank); the one-kernel-per-process
-            # IPC collective a user would write everywhere (ipc_baseline.py).
-            return ("ipc",) if self.world.shared_gpu else ("nccl", "ipc")
-        if not self.fused:
-            return ("nccl",)
-        # The strongest first: the shortest torch code beats the op-per-rank CuPy code.
-        return ("torch", "cupy") if _has_torch() else ("cupy",)
-
-    def refused_baselines(self) -> dict[str, str]:
+    def rank_layout(self) -> str:
+        # Processes sharing a GPU are a layout of their own: NCCL refuses it
+        # (purlin_bench/baselines/ says which baselines run where).
         if self.procs is not None and self.world.shared_gpu:
-            return {"nccl": "NCCL refuses two ranks on one GPU (one process per GPU runs it)"}
-        return {}
-
-    def rank_baseline(self, runner: CupyRunner, inst: Instance, name: str):
-        from purlin_bench.backends.cupy.nccl import NcclBaseline
-        from purlin_bench.backends.cupy.timing import Candidate
-
-        if name == "ipc":
-            from purlin_bench.backends.cupy.ipc_baseline import IpcBaseline
-
-            ipc = IpcBaseline(inst, runner, self.timeout_s)
-            ipc.check(inst)
-            return Candidate(lambda target, i: ipc(target, i % runner.sets), runner.main_stream(), ipc.settle)
-        if name != "nccl":
-            super().rank_baseline(runner, inst, name)
-        nccl = NcclBaseline(inst, runner, runner.program.dtype, runner.program.redop, group=self.procs.group)
-        return Candidate(lambda target, i: nccl(target, i % runner.sets), runner.main_stream())
+            return PROCS_SHARED
+        return super().rank_layout()
 
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> CupyRunner:
         checked = check_params(type(self), params)
@@ -325,12 +302,6 @@ class CupyBackend(Backend):
             return time_side_by_side(
                 candidates, self.world.devices[0], policy.iters, policy.warmup, policy.reps, policy.graph, between
             )
-
-
-def _has_torch() -> bool:
-    from importlib.util import find_spec
-
-    return find_spec("torch") is not None
 
 
 class device_errors:

@@ -9,33 +9,35 @@ milliseconds, not a host reduction over gigabytes."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from purlin_bench.backends.cupy.baselines import CupyBaseline
-from purlin_bench.backends.cupy.timing import Candidate
-from purlin_bench.errors import PurlinError
+from purlin_bench.backends.cupy.timing import StreamCandidate
+from purlin_bench.backends.port import GPUS, VIRTUAL
 from purlin_bench.spec.instance import Instance
 
 
 class DeviceReference:
     """Expected outputs in device memory, and the baselines over the same
-    inputs: ``cupy`` on virtual ranks (it computed the expected outputs),
-    ``nccl`` with one rank per GPU (a communicator, made when first asked)."""
+    inputs (the registry's, purlin_bench/baselines/): ``cupy`` on virtual
+    ranks (``direct``: it computed the expected outputs), ``nccl`` with one
+    rank per GPU (a communicator, made when first asked and ``kept``)."""
 
     def __init__(self, runner, inst: Instance, inputs: Sequence[np.ndarray]):
         import cupy
 
         self.runner, self.inst, self.inputs = runner, inst, list(inputs)
-        self._torch = None
+        # What a baseline builds once over these buffers (a communicator, a
+        # checked torch baseline), by its name: every comparison reuses it.
+        self.kept: dict[str, Any] = {}
         program = runner.program
         device = runner.world.devices[0]
-        self._cupy: CupyBaseline | None = None
-        self._nccl = None
+        self.direct: CupyBaseline | None = None
         with cupy.cuda.Device(device):
             if runner.world.fused:
-                self._cupy = CupyBaseline(
+                self.direct = CupyBaseline(
                     inst,
                     lambda slot, rank: runner.array(rank, "in", slot),
                     runner.storage,
@@ -43,9 +45,9 @@ class DeviceReference:
                     program.redop,
                     device,
                 )
-                self._cupy(0)
+                self.direct(0)
                 cupy.cuda.Device(device).synchronize()
-                self.expected = self._cupy.outputs
+                self.expected = self.direct.outputs
                 return
         self.expected = []
         for rank, x in enumerate(inst.reference(list(inputs), program.redop)):
@@ -64,67 +66,9 @@ class DeviceReference:
                 wrong += int(cupy.count_nonzero(got != cupy.asarray(want).view(width)))
         return wrong
 
-    def baseline(self, name: str) -> Candidate:
-        runner = self.runner
-        sets = runner.sets
-        if name == "cupy":
-            if self._cupy is None:
-                raise PurlinError("the cupy baseline runs on virtual ranks (one GPU); with one rank per GPU use nccl")
-            baseline = self._cupy
+    def baseline(self, name: str) -> StreamCandidate:
+        """Baseline ``name`` over these inputs and buffer sets (purlin_bench/baselines/)."""
+        from purlin_bench import baselines
 
-            def enqueue(target, i: int) -> None:
-                with target:
-                    baseline(i % sets)
-
-            return Candidate(enqueue, runner.main_stream())
-        if name == "nccl":
-            from purlin_bench.backends.cupy.nccl import NcclBaseline
-
-            if self._nccl is None:
-                self._nccl = NcclBaseline(self.inst, runner, runner.program.dtype, runner.program.redop)
-            nccl = self._nccl
-            return Candidate(lambda target, i: nccl(target, i % sets), runner.main_stream())
-        if name == "torch":
-            return self._torch_candidate()
-        raise PurlinError(f"unknown baseline '{name}' for the cupy backend (known: torch, cupy, nccl)")
-
-    def _torch_candidate(self) -> Candidate:
-        """The shortest torch code for the collective (torch_baseline.py),
-        checked once against the expected outputs before it is timed."""
-        import cupy
-
-        from purlin_bench.backends.cupy.torch_baseline import TorchBaseline
-
-        runner = self.runner
-        if not runner.world.fused:
-            raise PurlinError("the torch baseline runs on virtual ranks (one GPU); with one rank per GPU use nccl")
-        try:
-            import torch
-        except ImportError:
-            raise PurlinError("the torch baseline needs torch (pip install torch)") from None
-        if self._torch is None:
-            device = runner.world.devices[0]
-            baseline = TorchBaseline(
-                self.inst, self.inputs, runner.program.dtype, runner.program.redop, runner.sets, device
-            )
-            baseline.run(0)
-            torch.cuda.synchronize(device)
-            width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[runner.itemsize]
-            wrong = sum(
-                int(np.count_nonzero(np.asarray(got).view(width) != cupy.asnumpy(want).view(width)))
-                for got, want in zip(baseline.outputs(), self.expected)
-            )
-            if wrong:
-                raise PurlinError(f"the torch baseline got {wrong} elements wrong ({baseline.describe()}): not timed")
-            self._torch = baseline
-        baseline, streams = self._torch, {}
-
-        def enqueue(target, i: int) -> None:
-            if target.ptr not in streams:
-                streams[target.ptr] = torch.cuda.ExternalStream(
-                    target.ptr, device=torch.device("cuda", runner.world.devices[0])
-                )
-            with torch.cuda.stream(streams[target.ptr]):
-                baseline.run(i % runner.sets)
-
-        return Candidate(enqueue, runner.main_stream())
+        layout = VIRTUAL if self.runner.world.fused else GPUS
+        return baselines.make(name, baselines.Site("cupy", layout, self.runner, self.inst, reference=self))

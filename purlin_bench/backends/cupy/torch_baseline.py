@@ -260,3 +260,41 @@ class TorchBaseline:
 
     def describe(self) -> str:
         return f"torch, {self.kernels} kernel{'s' if self.kernels > 1 else ''} ({self.plan[0]})"
+
+
+def checked_candidate(reference):
+    """The torch baseline over a device reference's inputs and buffer sets
+    (virtual ranks), checked once against its expected outputs before it is
+    timed, and kept with the reference (purlin_bench/baselines/torch_code.py)."""
+    import cupy
+    import torch
+
+    from purlin_bench.backends.cupy.timing import StreamCandidate
+
+    runner = reference.runner
+    if "torch" not in reference.kept:
+        device = runner.world.devices[0]
+        baseline = TorchBaseline(
+            reference.inst, reference.inputs, runner.program.dtype, runner.program.redop, runner.sets, device
+        )
+        baseline.run(0)
+        torch.cuda.synchronize(device)
+        width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[runner.itemsize]
+        wrong = sum(
+            int(np.count_nonzero(np.asarray(got).view(width) != cupy.asnumpy(want).view(width)))
+            for got, want in zip(baseline.outputs(), reference.expected)
+        )
+        if wrong:
+            raise PurlinError(f"the torch baseline got {wrong} elements wrong ({baseline.describe()}): not timed")
+        reference.kept["torch"] = baseline
+    baseline, streams = reference.kept["torch"], {}
+
+    def enqueue(target, i: int) -> None:
+        if target.ptr not in streams:
+            streams[target.ptr] = torch.cuda.ExternalStream(
+                target.ptr, device=torch.device("cuda", runner.world.devices[0])
+            )
+        with torch.cuda.stream(streams[target.ptr]):
+            baseline.run(i % runner.sets)
+
+    return StreamCandidate(enqueue, runner.main_stream())

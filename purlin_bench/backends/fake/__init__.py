@@ -23,7 +23,7 @@ from purlin_bench.backends.numpy.executor import NumpyRunner
 from purlin_bench.backends.port import Backend, TimingPolicy, check_params, take_turns
 from purlin_bench.config import Param
 from purlin_bench.dtypes import count_wrong
-from purlin_bench.errors import ExecutionError, PurlinError
+from purlin_bench.errors import ExecutionError
 from purlin_bench.hardware import Fingerprint, layout_slug
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
@@ -35,7 +35,6 @@ PARAMS = (
     ),
     Param("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines"),
 )
-BASELINE = "plain"  # the plain code a user would write, modelled 3x slower
 
 
 def _matches(when: Mapping[str, Any], program: Program, params: Mapping[str, Any]) -> bool:
@@ -99,16 +98,18 @@ class Clocked:
 
 class FakeReference:
     def __init__(self, inst: Instance, program: Program, inputs: Sequence[np.ndarray], backend: "FakeBackend"):
+        self.inst, self.layout = inst, backend.rank_layout()
         self.expected = inst.reference(list(inputs), program.redop)
+        # The plain code a user would write (purlin_bench/baselines/plain.py), modelled 3x slower.
         self.baseline_cost = 3 * backend.cost_us(program, {})
 
     def count_wrong(self, runner: FakeRunner, slot: int = 0) -> int:
         return sum(count_wrong(a, b, None) for a, b in zip(runner.outputs(slot), self.expected))
 
     def baseline(self, name: str) -> Clocked:
-        if name != BASELINE:
-            raise PurlinError(f"the fake device has no baseline '{name}' (known: {BASELINE})")
-        return Clocked(self.baseline_cost)
+        from purlin_bench import baselines
+
+        return baselines.make(name, baselines.Site(FakeBackend.name, self.layout, None, self.inst, reference=self))
 
 
 class FakeBackend(Backend):
@@ -154,9 +155,6 @@ class FakeBackend(Backend):
 
     def time_label(self, policy: TimingPolicy) -> str:
         return "a modelled clock"
-
-    def baselines(self) -> tuple[str, ...]:
-        return (BASELINE,)
 
     def cost_us(self, program: Program, params: Mapping[str, Any]) -> float:
         """The modelled time of one call: launch and per-step costs that grow

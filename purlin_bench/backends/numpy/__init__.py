@@ -2,7 +2,7 @@
 
 Its times are CPU wall-clock times of the reference executor, labelled so
 (``timing_kind``); they exercise the tools, they say nothing of a GPU. Its
-baseline is the spec's NumPy reference itself.
+baseline is the spec's NumPy reference itself (purlin_bench/baselines/reference.py).
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import numpy as np
 from purlin_bench.backends.numpy.blocks import BlockSplitRunner, block_model
 from purlin_bench.backends.numpy.executor import Call, NumpyRunner
 from purlin_bench.backends.numpy.ranks import RankRunner
-from purlin_bench.backends.port import Backend, TimingPolicy, check_params, take_turns
+from purlin_bench.backends.port import VIRTUAL, Backend, TimingPolicy, check_params, take_turns
 from purlin_bench.dtypes import DTYPES, count_wrong
-from purlin_bench.errors import PurlinError
 from purlin_bench.hardware import Fingerprint, cpu_model, layout_slug, procs_layout_slug
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
@@ -44,11 +43,10 @@ class HostReference:
         return sum(count_wrong(a[: len(b)], b, None) for a, b in zip(outputs, expected))
 
     def baseline(self, name: str) -> Call:
-        if name != NumpyBackend.name:
-            raise PurlinError(
-                f"baseline {name} needs another backend; the CPU reference's baseline is {NumpyBackend.name}"
-            )
-        return Call(lambda i: self.inst.reference(self.inputs, self.redop))
+        from purlin_bench import baselines
+
+        # Simulated ranks are every rank in one process: the virtual layout.
+        return baselines.make(name, baselines.Site(NumpyBackend.name, VIRTUAL, None, self.inst, reference=self))
 
 
 class NumpyBackend(Backend):
@@ -123,11 +121,6 @@ class NumpyBackend(Backend):
         graphs = "; no CUDA graphs" if policy.graph else ""
         calls = f"{warm} warm-up call{'s' if warm != 1 else ''}"
         return f"CPU wall clock, {iters} calls per batch, {calls}, median of {reps} batches{capped}{graphs}"
-
-    def baselines(self) -> tuple[str, ...]:
-        # With one process per rank there is no plain CPU code to compare
-        # with (the reference computed in one process is not a collective).
-        return () if self.procs else (self.name,)
 
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> NumpyRunner | RankRunner:
         check_params(type(self), params)
