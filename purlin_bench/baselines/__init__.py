@@ -135,6 +135,7 @@ def make(name: str, site: Site) -> Any:
 
 __all__ = [
     "GPUS",
+    "LAYOUTS",
     "PROCS",
     "PROCS_SHARED",
     "VIRTUAL",
