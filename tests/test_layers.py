@@ -94,7 +94,8 @@ ROOT = PACKAGE.parent
 TESTS = ROOT / "tests"
 
 # Where a device library may be imported: the backends (the GPU backend and
-# its baselines live in backends/cupy/) and the torch communicator.
+# its baselines' code live in backends/cupy/; the baselines registry,
+# purlin_bench/baselines/, imports none) and the torch communicator.
 DEVICE_LIBRARIES = ("cupy", "torch")
 DEVICE_HOMES = ("backends", "torch")
 # One narrow exception, by module and library: the torchrun launcher joins
@@ -169,4 +170,20 @@ def test_every_path_the_package_names_exists_and_is_not_the_lab():
     """A comment or docstring that names a file names one that exists, and
     never the lab: code cites a decision id (docs/decisions.md), not a log."""
     bad = [f"{where}: {named}" for where, named in named_paths() if not _exists(named) or named.startswith("lab/")]
+    assert not bad, bad
+
+
+def test_every_package_relative_path_the_package_names_exists():
+    """``backends/cupy/nccl.py``, ``spec/variable.py``: a path written from
+    inside the package (one of its folders, then a path) names a file there."""
+    folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__"))
+    inner = re.compile(r"(?<![\w/.-])((?:%s)/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])" % "|".join(folders))
+    bad = []
+    for _, path in modules():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            for m in inner.finditer(line):
+                named = m.group(1)
+                found = any(PACKAGE.glob(named)) if "*" in named else (PACKAGE / named).exists()
+                if not found:
+                    bad.append(f"purlin_bench/{path.relative_to(PACKAGE)}:{n}: {named}")
     assert not bad, bad
