@@ -357,3 +357,23 @@ def test_every_baseline_offered_computes_the_reference(site, case):
                 assert wrong == [0] * len(want), f"baseline {name}: wrong elements per rank {wrong}"
         finally:
             runner.close()
+
+
+@pytest.mark.parametrize("torch_here", [True, False])
+def test_each_layout_offers_its_baselines_strongest_first_and_says_why_not(monkeypatch, torch_here):
+    """The registry's table, as bench and tune read it: which baselines each
+    layout times (the first is `--baseline auto` and a plan's record), and
+    which it refuses with a reason a user who asks for one is told."""
+    from purlin_bench.baselines import GPUS, PROCS, PROCS_SHARED, VIRTUAL, torch_code
+
+    monkeypatch.setattr(torch_code, "find_spec", lambda name: object() if torch_here else None)
+    assert baselines.offered("cupy", VIRTUAL) == (("torch", "cupy") if torch_here else ("cupy",))
+    assert baselines.offered("cupy", GPUS) == ("nccl",)
+    assert baselines.offered("cupy", PROCS) == ("nccl", "ipc")
+    assert baselines.offered("cupy", PROCS_SHARED) == ("ipc",)
+    assert baselines.refused("cupy", PROCS_SHARED) == {
+        "nccl": "NCCL refuses two ranks on one GPU (one process per GPU runs it)"
+    }
+    assert all(not baselines.refused("cupy", x) for x in (VIRTUAL, GPUS, PROCS))
+    assert baselines.offered("numpy", VIRTUAL) == ("numpy",) and baselines.offered("numpy", PROCS) == ()
+    assert baselines.offered("fake", VIRTUAL) == baselines.offered("fake", GPUS) == ("plain",)
