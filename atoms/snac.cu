@@ -46,8 +46,10 @@ enum { ST_OK = 0, ST_TIMEOUT = 1 };
 #define STATUS_WORDS 16
 #define STATUS_ABORTED 8
 #define STATUS_SUMMARY 9
+// [10] 1 once a call read a count outside 0..capacity, [11] which, [12] its value.
+#define STATUS_BAD_COUNT 10
 
-struct Op {  // 608 bytes; mirrored by OP_DTYPE in purlin_bench/executors/cupy_lower.py
+struct Op {  // 608 bytes; mirrored by OP_DTYPE in purlin_bench/backends/cupy/lower.py
     i64 count;
     int op, nsrc, ndst, nwait, nnotify, step;
     i64 src[MAX_SRC];
@@ -60,6 +62,24 @@ struct Op {  // 608 bytes; mirrored by OP_DTYPE in purlin_bench/executors/cupy_l
 struct Group {  // one (rank, channel) list: ops [begin, end)
     int begin, end, rank, channel;
 };
+
+// Variable sizes (all-to-all-v and kin): the call's counts are in device
+// memory (i64, one per chunk name) and a size table `vt` (int32, written by
+// lower.py's variable_table) says how each slice moves with them:
+// vt[0] counts N, vt[1] where op records start, vt[2] where count ids start,
+// vt[3..3+N) capacities; an op's record is {clip count or -1, window start,
+// then (first id, ids) per slice}. A slice's packed offset is its offset
+// with every count before it 0; the kernel adds those counts. Every count
+// is clamped to 0..capacity where it is read, so no count a GPU computed can
+// move a slice out of its buffer; a count out of range is reported in the
+// launch's status words (STATUS_BAD_COUNT), not silently used.
+// Built in only with -DPURLIN_VARIABLE=1 (a variable program's kernel): the
+// fixed programs' kernel sits at the register cap, and the few registers
+// this takes spilled its float16 build on sm_100.
+#define VAR_RECORD (2 + 2 * (MAX_SRC + MAX_DST))
+#ifndef PURLIN_VARIABLE
+#define PURLIN_VARIABLE 0
+#endif
 
 // ---------------------------------------------------------------- element types
 // S: how an element is stored; A: what it is accumulated in (half types in float).
@@ -170,6 +190,41 @@ __device__ __forceinline__ void mark_aborted(i64* status) {
     i64* summary = (i64*)*(volatile u64*)(status + STATUS_SUMMARY);
     if (summary) *(volatile i64*)summary = 1;
     __threadfence_system();
+}
+
+// One count of the call, clamped to 0..its capacity.
+__device__ __forceinline__ i64 var_count(const int* vt, const i64* counts, int id) {
+    const i64 n = counts[id], cap = vt[3 + id];
+    return n < 0 ? 0 : (n > cap ? cap : n);
+}
+
+// Elements slice `k` of an op (record `rec`) lies past its packed offset.
+__device__ __forceinline__ i64 var_shift(const int* vt, const i64* counts, const int* rec, int k) {
+    const int* ids = vt + vt[2] + rec[2 + 2 * k];
+    i64 shift = 0;
+    for (int b = 0, n = rec[3 + 2 * k]; b < n; ++b) shift += var_count(vt, counts, ids[b]);
+    return shift;
+}
+
+// Thread 0 of block 0 reports the first count outside its capacity (the
+// call runs with it clamped; the host raises on its next look at the status
+// words). One thread, plain stores: the words are host memory (see above).
+__device__ void check_counts(const int* vt, const i64* counts, i64* status) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    for (int id = 0; id < vt[0]; ++id) {
+        const i64 n = counts[id];
+        if (n >= 0 && n <= vt[3 + id]) continue;
+        if (!*(volatile i64*)(status + STATUS_BAD_COUNT)) {
+            status[STATUS_BAD_COUNT + 1] = id;
+            status[STATUS_BAD_COUNT + 2] = n;
+            __threadfence_system();
+            *(volatile i64*)(status + STATUS_BAD_COUNT) = 1;
+            __threadfence_system();  // the slot's mark before the summary's (status.py, recheck)
+            i64* summary = (i64*)*(volatile u64*)(status + STATUS_SUMMARY);
+            if (summary) *(volatile i64*)summary = 1;
+        }
+        return;
+    }
 }
 
 // Test mode (PURLIN_JITTER_NS > 0): a block sleeps a pseudo-random time,
@@ -379,7 +434,8 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
 
 extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOCKS) snac_run(
     const Op* __restrict__ ops, const Group* __restrict__ groups, char* const* __restrict__ bases,
-    u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns, int blocks_per_group, int nbases) {
+    u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns, int blocks_per_group, int nbases,
+    const i64* __restrict__ counts, const int* __restrict__ vt) {
     // Shared state is double-buffered by op parity: a thread may start op o+1
     // while a slower one still reads op o's pointers, but never op o-1's (every
     // op passes one barrier), so op o+1 can reuse op o-1's half with no barrier.
@@ -403,6 +459,9 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
         for (int t = threadIdx.x; t < nbases; t += blockDim.x) s_bases[t] = bases[t];
     __syncthreads();
     char* const* base_of = shared_bases ? (char* const*)s_bases : bases;
+#if PURLIN_VARIABLE
+    check_counts(vt, counts, status);
+#endif
 
     for (int o = g.begin; o < g.end; ++o) {
         const Op* op = ops + o;
@@ -439,6 +498,43 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
         }
         // Threads 0..nsrc+ndst-1 resolve one slice address each; vectors are
         // used only if every address has the same offset within 16 bytes.
+#if PURLIN_VARIABLE
+        // Sizes from the call's counts: thread 0 clips the op's count, each
+        // slice's thread moves it past the counts before it; the alignment
+        // is checked after the barrier, from shared memory (worked out
+        // before it, as below, the registers held across it spilled).
+        __shared__ i64 s_count[2];
+        if (kind != OP_NONE) {
+            const int* rec = vt + vt[1] + (i64)o * VAR_RECORD;
+            if (threadIdx.x == 0) {  // the window [at, at + count) of the clipping count
+                const i64 window = op->count, left = rec[0] < 0 ? window : var_count(vt, counts, rec[0]) - rec[1];
+                s_count[half] = left < 0 ? 0 : (left < window ? left : window);
+            }
+            if (threadIdx.x < nsrc + ndst) {
+                const int k = threadIdx.x;
+                const i64 ref = k < nsrc ? op->src[k] : op->dst[k - nsrc];
+                const i64 at = (ref & ((1ll << OFFSET_BITS) - 1)) + var_shift(vt, counts, rec, k);
+                char* p = base_of[ref >> OFFSET_BITS] + at * (i64)sizeof(S);
+                if (k < nsrc) s_src[half][k] = p; else s_dst[half][k - nsrc] = p;
+            }
+        }
+        __syncthreads();
+        if (s_abort[half]) {
+            if (threadIdx.x == 0) mark_aborted(status);
+            return;
+        }
+        if (kind != OP_NONE) {
+            const i64 count = s_count[half];
+            const u64 mis = (u64)s_src[half][0] & 15u;
+            int same = 1;
+            for (int k = 1; k < nsrc; ++k) same &= ((u64)s_src[half][k] & 15u) == mis;
+            for (int k = 0; k < ndst; ++k) same &= ((u64)s_dst[half][k] & 15u) == mis;
+            const int aligned = same && (mis % sizeof(S)) == 0;
+            i64 head = aligned ? ((16 - (i64)mis) & 15) / (i64)sizeof(S) : 0;
+            head = head < count ? head : count;
+            move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], aligned, (int)head, tid, stride);
+        }
+#else
         int same = 1;
         i64 mis = 0;
         if (kind != OP_NONE) {
@@ -463,6 +559,7 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
             head = head < count ? head : count;
             move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], aligned, (int)head, tid, stride);
         }
+#endif
         if (op->nnotify) {
             __syncthreads();  // the whole block's writes happen before the release
             if (threadIdx.x == 0) {

@@ -36,6 +36,26 @@ def test_atoms_compile_without_warnings_or_spills(arch, tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("arch", ARCHS)
+def test_the_variable_size_build_compiles_without_spills(arch, tmp_path):
+    """PURLIN_VARIABLE (slices sized from counts in device memory) in what
+    the -v collectives build: copies (all-gather-v, all-to-all-v) and sums
+    (reduce-scatter-v), over the dtypes whose reduce path is the tightest."""
+    source = data_dir("atoms") / "snac.cu"
+    builds = [("float32", True), ("bfloat16", True), ("float32", False), ("float64", False)]
+    if arch != "sm_100":
+        # On sm_100 the half-type reduce builds spill 16-40 bytes here (as
+        # the jitter build does): a reduce-scatter-v in bfloat16 on a B200 is
+        # the one variant that pays it (docs/decisions.md, D44).
+        builds += [("bfloat16", False), ("float16", False)]
+    for dtype, copy_only in builds:
+        options = [*compile_options(dtype, "sum", 2, 512, sys_scope=True, copy_only=copy_only),
+                   "-DPURLIN_VARIABLE=1"]
+        assert_builds_without_spills(source, options, arch, f"variable {dtype} copy_only={copy_only}",
+                                     tmp_path / "snac.o")
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("arch", ["sm_90"])
 def test_the_jitter_test_mode_builds_without_spills(arch, tmp_path):
     """PURLIN_JITTER_NS (the test mode's random delays) in the builds it

@@ -50,6 +50,7 @@ class CupyBackend(Backend):
     description = "GPU: the Atom kernel through CuPy"
     params = PARAMS
     runs_in_procs = True
+    variable_sizes = True
 
     def __init__(
         self,
@@ -153,6 +154,7 @@ class CupyBackend(Backend):
         one_gpu_or_procs = self.fused or self.procs is not None
         if (
             one_gpu_or_procs
+            and not inst.variable  # the compiled datapath needs fixed sizes (D44)
             and largest <= COMPILED_MAX_BYTES
             and inst.ranks <= COMPILED_MAX_RANKS
             and self._compiles(inst, config)
@@ -292,6 +294,12 @@ class CupyBackend(Backend):
     def reference(self, runner: CupyRunner, inst: Instance, inputs: Sequence[np.ndarray]):
         from purlin_bench.backends.cupy.check import DeviceReference
 
+        if inst.variable:
+            # Each call's expected outputs follow its counts: the host
+            # reference computes them for the counts the runner holds.
+            from purlin_bench.backends.numpy import HostReference
+
+            return HostReference(inst, runner.program.redop, inputs)
         with device_errors():
             return DeviceReference(runner, inst, inputs)
 

@@ -12,13 +12,12 @@ process can run the next collective.
 
 from __future__ import annotations
 
-from typing import Sequence
 
 import numpy as np
 
 from purlin_bench.backends.cupy.atoms import snac_kernel
-from purlin_bench.backends.cupy.compiled import BASE_ALIGN
-from purlin_bench.backends.cupy.lower import Lowered, buffer_index, flag_id, lower
+from purlin_bench.backends.cupy.buffers import RunnerBuffers
+from purlin_bench.backends.cupy.lower import Lowered, flag_id, lower
 from purlin_bench.backends.cupy.launch import _Launch, _np_storage
 from purlin_bench.backends.cupy.occupancy import capacity, check_coresidency
 from purlin_bench.backends.cupy.settings import KernelSettings
@@ -30,14 +29,14 @@ from purlin_bench.backends.cupy.sizing import (  # noqa: F401 - re-exported: tes
     sizing_lowerings,
     useful_blocks,
 )
-from purlin_bench.backends.cupy.status import TIMED_OUT
+from purlin_bench.backends.cupy.status import BAD_COUNTS, TIMED_OUT
 from purlin_bench.backends.cupy.status import describe as describe_status
-from purlin_bench.backends.cupy.timing import Candidate
+from purlin_bench.backends.cupy.timing import StreamCandidate
 from purlin_bench.backends.cupy.world import World
 from purlin_bench.config import Param
 from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import CallAborted, ExecutionError, WatchdogTimeout
-from purlin_bench.program.model import FlagRef, Program, Ref
+from purlin_bench.errors import CallAborted, CountsError, ExecutionError, WatchdogTimeout
+from purlin_bench.program.model import FlagRef, Program
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -65,7 +64,7 @@ PARAMS = (
 )
 
 
-class CupyRunner:
+class CupyRunner(RunnerBuffers):
     def __init__(
         self,
         world: World,
@@ -83,6 +82,9 @@ class CupyRunner:
 
         if datapath == "ce" and not world.fused:
             raise ExecutionError("datapath 'ce' needs every rank in one launch (virtual ranks on one GPU)")
+        if program.variable and kernel == "compiled":
+            # Its slices' sizes and vector splits are constants of the generated code (compiled.py).
+            raise ExecutionError("the compiled datapath needs fixed sizes; a variable-size program runs interpreted")
         if program.ranks != world.ranks:
             raise ExecutionError(f"program has {program.ranks} ranks, the world {world.ranks}")
         self.world, self.program, self.settings = world, program, settings
@@ -139,6 +141,16 @@ class CupyRunner:
             ]
         self.ce_streams = {}
         self._main_stream = None
+        # A variable program's counts, per buffer set: on the host (what the
+        # reference checks against) and per launch device (what the kernel
+        # reads; a Communicator fills them on its stream, from device counts).
+        self.loaded: dict[int, tuple[int, ...]] = {}
+        self.counts: dict[int, object] = {}
+        if program.variable:
+            for launch in self.launches:
+                if launch.device not in self.counts:
+                    with cupy.cuda.Device(launch.device):
+                        self.counts[launch.device] = cupy.zeros((self.sets, len(program.count_caps)), cupy.int64)
         # One kernel on the world's first device and no copy-engine stage.
         self._single = (
             len(self.launches) == 1
@@ -149,6 +161,8 @@ class CupyRunner:
 
     # -- setup ---------------------------------------------------------------
     def kernel(self, device: int):
+        # A variable program's build sizes slices from counts in device memory (D44).
+        variable = ("-DPURLIN_VARIABLE=1",) if self.program.variable else ()
         return snac_kernel(
             self.program.dtype,
             self.program.redop or "sum",
@@ -157,7 +171,7 @@ class CupyRunner:
             device,
             self.world.sys_scope,
             self.copy_only,
-            self.settings.defines(self.copy_only, self.threads),
+            self.settings.defines(self.copy_only, self.threads) + variable,
         )
 
     def compiled_kernel(self, device: int, ranks: list[int]):
@@ -203,94 +217,6 @@ class CupyRunner:
 
     def _check_coresidency(self) -> None:
         check_coresidency(self)
-
-    def _physical_bytes(self, rank: int, buf: str) -> int:
-        return self.program.buffer_count(rank, buf) * self.itemsize
-
-    def _base_table(self, slot: int) -> dict[int, object]:
-        """Per launch device: a device array of 3R pointers (in, out, scratch per rank)."""
-        import cupy
-
-        p, ptrs = self.program, []
-        where = [p.physical(Ref(r, buf, 0, 0)) for r in range(p.ranks) for buf in ("in", "out", "scratch")]
-        needs = list(dict.fromkeys((rank, phys, self._physical_bytes(rank, phys)) for rank, phys, _ in where))
-        bases = self.world.buffers(slot, needs)
-        for rank, phys, offset in where:
-            base = bases[(rank, phys)]
-            # Held, not just addressed: a later runner of this world may
-            # need it larger, and the world then replaces it; this
-            # runner's table must not point into freed memory (a bench
-            # keeps the default's runner beside the one under test).
-            self._held.append(base)
-            if self.compiled and base.data.ptr % BASE_ALIGN:
-                # The compiled kernel's vector splits assume it (compiled.BaseLayout).
-                raise ExecutionError(
-                    f"rank {rank}'s {phys} buffer starts at {base.data.ptr:#x}, not on {BASE_ALIGN} bytes: the "
-                    f"compiled datapath needs aligned buffers"
-                )
-            ptrs.append(base.data.ptr + offset * self.itemsize)
-        table = np.array(ptrs, dtype=np.uint64)
-        out = {}
-        for launch in self.launches:
-            if launch.device not in out:
-                with cupy.cuda.Device(launch.device):
-                    out[launch.device] = cupy.asarray(table)
-        return {"host": table, **out}
-
-    # -- buffers ---------------------------------------------------------------
-    def _address(self, ref: Ref, slot: int) -> int:
-        """Device address of a slice in buffer set ``slot`` (the same table the kernel reads)."""
-        return int(self.bases[slot]["host"][buffer_index(ref)]) + ref.offset * self.itemsize
-
-    def array(self, rank: int, buf: str, slot: int = 0):
-        """A typed device view of one rank's buffer in buffer set ``slot``."""
-        import cupy
-
-        n = self.program.buffer_count(rank, buf)
-        ptr = self._address(Ref(rank, buf, 0, 0), slot)
-        mem = cupy.cuda.UnownedMemory(ptr, max(1, n * self.itemsize), self, self.world.devices[rank])
-        return cupy.ndarray((n,), dtype=self.storage, memptr=cupy.cuda.MemoryPointer(mem, 0))
-
-    def load(self, inputs: Sequence[np.ndarray], slot: int = 0) -> None:
-        import cupy
-
-        for r, x in enumerate(inputs):
-            if x.shape != (self.program.in_counts[r],):
-                raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({self.program.in_counts[r]},)")
-            with cupy.cuda.Device(self.world.devices[r]):
-                self.array(r, "in", slot).set(np.ascontiguousarray(x).view(self.storage))
-        # Another process's kernel reads these next: they must have landed.
-        self.synchronize()
-
-    def poison(self, slot: int = 0) -> None:
-        """All-ones bytes (NaN for floats, -1 for ints) in outputs and scratch,
-        outside in-place inputs, so unwritten elements show as wrong."""
-        import cupy
-
-        p = self.program
-        # Only the ranks this process runs: a peer process poisons its own
-        # before its ready notify, after which others may write into them.
-        for r in self.world.local_ranks:
-            with cupy.cuda.Device(self.world.devices[r]):
-                if p.scratch_count:
-                    self.array(r, "scratch", slot).view(cupy.uint8).fill(0xFF)
-                out = self.array(r, "out", slot).view(cupy.uint8)
-                if p.inplace_offsets is None or p.out_counts[r] < p.in_counts[r]:
-                    if p.inplace_offsets is None:
-                        out.fill(0xFF)
-                    continue
-                lo, hi = p.inplace_offsets[r] * self.itemsize, (p.inplace_offsets[r] + p.in_counts[r]) * self.itemsize
-                out[:lo].fill(0xFF)
-                out[hi:].fill(0xFF)
-
-    def outputs(self, slot: int = 0) -> list[np.ndarray]:
-        import cupy
-
-        outs = []
-        for r in range(self.program.ranks):
-            with cupy.cuda.Device(self.world.devices[r]):
-                outs.append(cupy.asnumpy(self.array(r, "out", slot)).view(self.dtype))
-        return outs
 
     # -- running ---------------------------------------------------------------
     def _side_stream(self, rank: int):
@@ -377,7 +303,8 @@ class CupyRunner:
         (the status words are host-mapped): a timeout, or a call aborted
         because another wait timed out. None while every call went well."""
         for launch in self.launches:
-            said = describe_status(launch.slot.words, self.program.collective, self.program.strategy)
+            p = self.program
+            said = describe_status(launch.slot.words, p.collective, p.strategy, p.count_caps, p.count_names)
             if said:
                 return said
         return None
@@ -394,6 +321,11 @@ class CupyRunner:
                     f"watchdog: another rank's wait timed out in "
                     f"{self.program.collective}/{self.program.strategy}, and this rank's call was aborted"
                 )
+        if said is not None and said.startswith(BAD_COUNTS):
+            # The call ran (clamped) and its flags are sound: only the record goes.
+            for launch in self.launches:
+                launch.slot.clear()
+            raise CountsError(said)
         if said is not None:
             # Every rank resets and rank 0 clears the abort word (procs.py).
             self.reset()
@@ -433,7 +365,7 @@ class CupyRunner:
         self.synchronize(stream)
         self.check_status()
 
-    def candidate(self) -> Candidate:
+    def candidate(self) -> StreamCandidate:
         """This runner as a timing candidate (see timing), cycling the buffer sets."""
 
         def enqueue(target, i: int) -> None:
@@ -443,7 +375,7 @@ class CupyRunner:
             self.synchronize()
             self.check_status()
 
-        return Candidate(enqueue, self.main_stream(), settle)
+        return StreamCandidate(enqueue, self.main_stream(), settle)
 
     def close(self) -> None:
         self.synchronize()

@@ -47,6 +47,7 @@ class _Launch:
             # rank's groups wait on each other): a cooperative launch is
             # what guarantees that of its own grid, or fails at once.
             self.cooperative = bool(len(lowered.ops)) and bool((lowered.ops["nwait"] > 0).any())
+            self.sizes = None if lowered.sizes is None else cupy.asarray(lowered.sizes)
         self.args: list[tuple] = []  # a compiled kernel's bases per buffer set (CupyRunner fills them)
         self.arg_cache: dict[int, tuple] = {}
 
@@ -68,6 +69,14 @@ class _Launch:
                     np.uint64(runner.timeout_ns),
                     np.int32(runner.blocks),
                     np.int32(3 * runner.program.ranks),
+                    *self._counts(runner, slot),
                 )
             self.arg_cache[slot] = made
         return made
+
+    def _counts(self, runner: "CupyRunner", slot: int) -> tuple:
+        """The kernel's counts and size table (null pointers for fixed sizes)."""
+        if self.sizes is None:
+            return (np.uint64(0), np.uint64(0))
+        array = runner.counts[self.device]
+        return (np.uint64(int(array.data.ptr) + (slot % runner.sets) * array.shape[1] * 8), self.sizes)

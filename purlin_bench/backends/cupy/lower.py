@@ -28,6 +28,8 @@ from purlin_bench.errors import ExecutionError
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage
 
 MAX_SRC = MAX_DST = MAX_WAIT = MAX_NOTIFY = 16
+# Words per op of a variable program's size table (variable_table; VAR_RECORD in atoms/snac.cu).
+VAR_RECORD = 2 + 2 * (MAX_SRC + MAX_DST)
 # Copy-engine copies one call may issue: each is a cudaMemcpyAsync and a
 # node of every captured graph, so a program hoisting thousands would spend
 # its time in capture and launch; refusing keeps a tuner trial bounded.
@@ -60,8 +62,11 @@ def buffer_index(ref: Ref) -> int:
     return ref.rank * 3 + BUFFER_INDEX[ref.buf]
 
 
-def pack(ref: Ref) -> int:
-    return (buffer_index(ref) << OFFSET_BITS) | ref.offset
+def pack(ref: Ref, caps: tuple[int, ...] = ()) -> int:
+    """A slice as one word: its buffer and its offset when every count in
+    its ``base`` is 0 (the kernel adds those counts at run time; the
+    validator proved that part is not negative)."""
+    return (buffer_index(ref) << OFFSET_BITS) | (ref.offset - sum(caps[b] for b in ref.base))
 
 
 def flag_id(flag: FlagRef) -> int:
@@ -82,6 +87,8 @@ class Lowered:
     ops: np.ndarray  # OP_DTYPE
     groups: np.ndarray  # int32 [n, 4]: begin, end, rank, channel
     ce_copies: tuple[CeCopy, ...]
+    # A variable-size program's slices as functions of the counts (variable_table); None for fixed sizes.
+    sizes: np.ndarray | None = None
 
     @property
     def group_count(self) -> int:
@@ -130,6 +137,9 @@ def lower(
     """The step table of the launch that runs ``ranks`` of ``program``."""
     if datapath not in ("sm", "ce"):
         raise ExecutionError(f"datapath must be 'sm' or 'ce', got {datapath!r}")
+    if program.variable and datapath == "ce":
+        # A copy engine's size is fixed when the call is enqueued; counts in device memory are not known then.
+        raise ExecutionError("datapath 'ce' needs sizes known on the host; a variable-size program runs on SMs (sm)")
     dropped, hoisted = _dropped_flags(program, fused, datapath == "ce")
     ops: list[_Op] = []
     groups: list[tuple[int, int, int, int]] = []
@@ -193,9 +203,9 @@ def lower(
             len(op.notifies),
         )
         for i, ref in enumerate(op.srcs):
-            row["src"][i] = pack(ref)
+            row["src"][i] = pack(ref, program.count_caps)
         for i, ref in enumerate(op.dsts):
-            row["dst"][i] = pack(ref)
+            row["dst"][i] = pack(ref, program.count_caps)
         for i, flag in enumerate(op.waits):
             row["wait"][i] = flag_address(flag)
             row["wait_id"][i] = flag_id(flag)
@@ -207,4 +217,37 @@ def lower(
             f"use datapath sm, larger slices or fewer channels"
         )
     group_table = np.array(groups, dtype=np.int32).reshape(-1, 4)
-    return Lowered(table, group_table, tuple(ce))
+    sizes = variable_table(program, ops) if program.variable else None
+    return Lowered(table, group_table, tuple(ce), sizes)
+
+
+def variable_table(program: Program, ops: list[_Op]) -> np.ndarray:
+    """What the kernel needs to size a variable program's slices from the
+    call's counts in device memory (int32; mirrors snac.cu's ``VAR_*``):
+
+    * ``[0]`` the number of counts N, ``[1]`` where the op records start,
+      ``[2]`` where the count ids start, ``[3:3+N]`` each count's capacity
+      (the kernel clamps every count read to 0..capacity, so a bad count on
+      the device can never move a slice out of its buffer);
+    * one record of ``VAR_RECORD`` words per op: the count that clips its
+      window (-1: none) and the window's start, then per slice (sources,
+      then destinations) where its ``base`` begins among the count ids and
+      how many it has (the counts of the chunks before it in its buffer);
+    * the count ids."""
+    caps = program.count_caps
+    if any(cap >= 2**31 for cap in caps):
+        raise ExecutionError(f"a count's capacity of {max(caps)} elements is past the GPU datapath's int32 sizes")
+    records = np.zeros((len(ops), VAR_RECORD), dtype=np.int32)
+    ids: list[int] = []
+    for k, op in enumerate(ops):
+        refs = (*op.srcs, *op.dsts)
+        clip = refs[0] if refs else None
+        records[k, 0] = -1 if clip is None or clip.var is None else clip.var
+        records[k, 1] = 0 if clip is None else clip.at
+        for i, ref in enumerate(refs):
+            records[k, 2 + 2 * i] = len(ids)
+            records[k, 3 + 2 * i] = len(ref.base)
+            ids.extend(ref.base)
+    head = 3 + len(caps)
+    header = np.array([len(caps), head, head + records.size, *caps], dtype=np.int32)
+    return np.concatenate([header, records.ravel(), np.array(ids, dtype=np.int32)])

@@ -19,7 +19,7 @@ import ctypes
 import numpy as np
 
 WORDS = 16  # STATUS_WORDS in atoms/snac.cu
-TIMEOUT, ABORTED, SUMMARY = 0, 8, 9  # its STATUS_ABORTED and STATUS_SUMMARY
+TIMEOUT, ABORTED, SUMMARY, BAD_COUNT = 0, 8, 9, 10  # its STATUS_ABORTED, STATUS_SUMMARY, STATUS_BAD_COUNT
 SLOTS = 256
 _PORTABLE, _MAPPED = 1, 2  # cudaHostAllocPortable, cudaHostAllocMapped
 
@@ -83,7 +83,7 @@ class StatusPool:
         self._summary[1][0] = 0
         for page, (_, view) in enumerate(self._pages):
             marks = view[1:] if page == 0 else view  # page 0's first slot is the summary itself
-            if marks[:, TIMEOUT].any() or marks[:, ABORTED].any():
+            if marks[:, TIMEOUT].any() or marks[:, ABORTED].any() or marks[:, BAD_COUNT].any():
                 self._summary[1][0] = 1
                 return
 
@@ -120,8 +120,13 @@ def pool() -> StatusPool:
 TIMED_OUT = "watchdog: rank "  # how describe() starts a timeout (an abort starts otherwise)
 
 
-def describe(words: np.ndarray, collective: str, strategy: str) -> str | None:
-    """The error a launch's words record, or None."""
+BAD_COUNTS = "counts: "  # how describe() starts a count out of range on the device
+
+
+def describe(words: np.ndarray, collective: str, strategy: str, caps: tuple[int, ...] = (),
+             names: tuple[str, ...] = ()) -> str | None:
+    """The error a launch's words record, or None. ``caps`` and ``names``:
+    a variable program's count capacities and chunk names."""
     if words[TIMEOUT]:
         flag_rank, flag_index = int(words[4]) >> 20, int(words[4]) & 0xFFFFF
         return (
@@ -129,6 +134,12 @@ def describe(words: np.ndarray, collective: str, strategy: str) -> str | None:
             f"{words[7] / 1e9:.2f} s on r{flag_rank}.flag[{flag_index}] (value {words[5]}, needed {words[6]}) "
             f"in {collective}/{strategy}; its notify never came"
         )
+    if words[BAD_COUNT]:
+        index, value = int(words[BAD_COUNT + 1]), int(words[BAD_COUNT + 2])
+        name = f" ({names[index]})" if index < len(names) else ""
+        cap = caps[index] if index < len(caps) else "its capacity"
+        return (f"{BAD_COUNTS}{collective}'s count {index}{name} was {value} in device memory, outside 0..{cap}; "
+                f"the call ran with it clamped, its outputs are not the call asked for")
     if words[ABORTED]:
         return f"watchdog: another rank's wait timed out in {collective}/{strategy}, and this rank's call was aborted"
     return None

@@ -29,8 +29,6 @@ class StreamCandidate:
     after: Callable[[], None] | None = None
 
 
-# The name executor.py still imports; one definition, StreamCandidate above.
-Candidate = StreamCandidate
 
 
 def time_side_by_side(

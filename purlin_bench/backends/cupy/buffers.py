@@ -1,0 +1,127 @@
+"""A runner's buffers: the slice base tables its kernels read, typed views
+of every rank's buffers, inputs and a variable program's counts in, poison,
+outputs out. A mixin of CupyRunner (executor.py), which owns the state it
+uses: program, world, launches, sets, itemsize, storage, counts, loaded."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from purlin_bench.backends.cupy.compiled import BASE_ALIGN
+from purlin_bench.backends.cupy.lower import buffer_index
+from purlin_bench.errors import ExecutionError
+from purlin_bench.program.model import Ref
+from purlin_bench.program.variable import check_counts
+
+
+class RunnerBuffers:
+    def _physical_bytes(self, rank: int, buf: str) -> int:
+        return self.program.buffer_count(rank, buf) * self.itemsize
+
+    def _base_table(self, slot: int) -> dict[int, object]:
+        """Per launch device: a device array of 3R pointers (in, out, scratch per rank)."""
+        import cupy
+
+        p, ptrs = self.program, []
+        where = [p.physical(Ref(r, buf, 0, 0)) for r in range(p.ranks) for buf in ("in", "out", "scratch")]
+        needs = list(dict.fromkeys((rank, phys, self._physical_bytes(rank, phys)) for rank, phys, _ in where))
+        bases = self.world.buffers(slot, needs)
+        for rank, phys, offset in where:
+            base = bases[(rank, phys)]
+            # Held, not just addressed: a later runner of this world may
+            # need it larger, and the world then replaces it; this
+            # runner's table must not point into freed memory (a bench
+            # keeps the default's runner beside the one under test).
+            self._held.append(base)
+            if self.compiled and base.data.ptr % BASE_ALIGN:
+                # The compiled kernel's vector splits assume it (compiled.BaseLayout).
+                raise ExecutionError(
+                    f"rank {rank}'s {phys} buffer starts at {base.data.ptr:#x}, not on {BASE_ALIGN} bytes: the "
+                    f"compiled datapath needs aligned buffers"
+                )
+            ptrs.append(base.data.ptr + offset * self.itemsize)
+        table = np.array(ptrs, dtype=np.uint64)
+        out = {}
+        for launch in self.launches:
+            if launch.device not in out:
+                with cupy.cuda.Device(launch.device):
+                    out[launch.device] = cupy.asarray(table)
+        return {"host": table, **out}
+
+    # -- buffers ---------------------------------------------------------------
+    def _address(self, ref: Ref, slot: int) -> int:
+        """Device address of a slice in buffer set ``slot`` (the same table the kernel reads)."""
+        return int(self.bases[slot]["host"][buffer_index(ref)]) + ref.offset * self.itemsize
+
+    def array(self, rank: int, buf: str, slot: int = 0):
+        """A typed device view of one rank's buffer in buffer set ``slot``."""
+        import cupy
+
+        n = self.program.buffer_count(rank, buf)
+        ptr = self._address(Ref(rank, buf, 0, 0), slot)
+        mem = cupy.cuda.UnownedMemory(ptr, max(1, n * self.itemsize), self, self.world.devices[rank])
+        return cupy.ndarray((n,), dtype=self.storage, memptr=cupy.cuda.MemoryPointer(mem, 0))
+
+    def load(self, inputs: Sequence[np.ndarray], slot: int = 0, counts: Sequence[int] | None = None) -> None:
+        """Inputs of this process's ranks (the others' are ignored), and a
+        variable program's counts for buffer set ``slot``, checked first."""
+        import cupy
+
+        checked = check_counts(self.program, counts)
+        if self.program.variable:
+            self.loaded[slot] = checked
+            for device, array in self.counts.items():
+                with cupy.cuda.Device(device):
+                    array[slot % self.sets].set(np.array(checked, dtype=np.int64))
+        for r, x in enumerate(inputs):
+            if x.shape != (self.program.in_counts[r],):
+                raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({self.program.in_counts[r]},)")
+            with cupy.cuda.Device(self.world.devices[r]):
+                self.array(r, "in", slot).set(np.ascontiguousarray(x).view(self.storage))
+        # Another process's kernel reads these next: they must have landed.
+        self.synchronize()
+
+    def loaded_counts(self, slot: int = 0) -> tuple[int, ...] | None:
+        """The counts buffer set ``slot`` was loaded with (None: fixed sizes)."""
+        return self.loaded.get(slot) if self.program.variable else None
+
+    def counts_address(self, slot: int = 0) -> int:
+        """Where the kernel of this process reads buffer set ``slot``'s
+        counts (int64, one per chunk name): a caller whose counts are
+        computed on the GPU copies them there on its stream, graph-safe."""
+        if not self.program.variable:
+            raise ExecutionError(f"{self.program.collective} has fixed sizes; it takes no per-call counts")
+        array = self.counts[self.launches[0].device]
+        return int(array.data.ptr) + (slot % self.sets) * array.shape[1] * 8
+
+    def poison(self, slot: int = 0) -> None:
+        """All-ones bytes (NaN for floats, -1 for ints) in outputs and scratch,
+        outside in-place inputs, so unwritten elements show as wrong."""
+        import cupy
+
+        p = self.program
+        # Only the ranks this process runs: a peer process poisons its own
+        # before its ready notify, after which others may write into them.
+        for r in self.world.local_ranks:
+            with cupy.cuda.Device(self.world.devices[r]):
+                if p.scratch_count:
+                    self.array(r, "scratch", slot).view(cupy.uint8).fill(0xFF)
+                out = self.array(r, "out", slot).view(cupy.uint8)
+                if p.inplace_offsets is None or p.out_counts[r] < p.in_counts[r]:
+                    if p.inplace_offsets is None:
+                        out.fill(0xFF)
+                    continue
+                lo, hi = p.inplace_offsets[r] * self.itemsize, (p.inplace_offsets[r] + p.in_counts[r]) * self.itemsize
+                out[:lo].fill(0xFF)
+                out[hi:].fill(0xFF)
+
+    def outputs(self, slot: int = 0) -> list[np.ndarray]:
+        import cupy
+
+        outs = []
+        for r in range(self.program.ranks):
+            with cupy.cuda.Device(self.world.devices[r]):
+                outs.append(cupy.asnumpy(self.array(r, "out", slot)).view(self.dtype))
+        return outs
