@@ -72,8 +72,8 @@ class RunnerBuffers:
         checked = check_counts(self.program, counts)
         if self.program.variable:
             self.loaded[slot] = checked
-            for device, array in self.counts.items():
-                with cupy.cuda.Device(device):
+            for rank, array in enumerate(self.counts):
+                with cupy.cuda.Device(self.world.devices[rank]):
                     array[slot % self.sets].set(np.array(checked, dtype=np.int64))
         for r, x in enumerate(inputs):
             if x.shape != (self.program.in_counts[r],):
@@ -93,8 +93,8 @@ class RunnerBuffers:
         computed on the GPU copies them there on its stream, graph-safe."""
         if not self.program.variable:
             raise ExecutionError(f"{self.program.collective} has fixed sizes; it takes no per-call counts")
-        array = self.counts[self.launches[0].device]
-        return int(array.data.ptr) + (slot % self.sets) * array.shape[1] * 8
+        array = self.counts[self.launches[0].ranks[0]]
+        return int(array[slot % self.sets].data.ptr)
 
     def poison(self, slot: int = 0) -> None:
         """All-ones bytes (NaN for floats, -1 for ints) in outputs and scratch,

@@ -102,6 +102,15 @@ class CupyRunner(RunnerBuffers):
         counts[0] = max(1, counts[0]) + 1
         self.flags = world.symmetric_words(counts)
         self.abort = self.flags[0][counts[0] - 1 :].view(cupy.int32)[:1]
+        # A variable program's counts per rank and buffer set, int64 [sets, N]:
+        # symmetric like the flags, so the process that loads every rank's
+        # inputs (procs.py's driver) writes every rank's counts too; rank r's
+        # kernel reads its own (a fused launch, rank 0's).
+        self.counts: list[object] = []
+        if program.variable:
+            n = len(program.count_caps)
+            words = world.symmetric_words([self.sets * n] * R)
+            self.counts = [w[: self.sets * n].view(cupy.int64).reshape(self.sets, n) for w in words]
 
         def flag_address(flag: FlagRef) -> int:
             return self.flags[flag.rank].data.ptr + 8 * flag.index
@@ -145,12 +154,6 @@ class CupyRunner(RunnerBuffers):
         # reference checks against) and per launch device (what the kernel
         # reads; a Communicator fills them on its stream, from device counts).
         self.loaded: dict[int, tuple[int, ...]] = {}
-        self.counts: dict[int, object] = {}
-        if program.variable:
-            for launch in self.launches:
-                if launch.device not in self.counts:
-                    with cupy.cuda.Device(launch.device):
-                        self.counts[launch.device] = cupy.zeros((self.sets, len(program.count_caps)), cupy.int64)
         # One kernel on the world's first device and no copy-engine stage.
         self._single = (
             len(self.launches) == 1

@@ -78,5 +78,5 @@ class _Launch:
         """The kernel's counts and size table (null pointers for fixed sizes)."""
         if self.sizes is None:
             return (np.uint64(0), np.uint64(0))
-        array = runner.counts[self.device]
-        return (np.uint64(int(array.data.ptr) + (slot % runner.sets) * array.shape[1] * 8), self.sizes)
+        array = runner.counts[self.ranks[0]]  # this launch's first rank's (a fused launch: rank 0's)
+        return (np.uint64(int(array[slot % runner.sets].data.ptr)), self.sizes)
