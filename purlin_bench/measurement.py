@@ -190,7 +190,13 @@ class MeasurementService:
         return CheckResult(wrong, sum(program.out_counts))
 
     def prepare(
-        self, inst: Instance, config: RunConfig, dtype: str, redop: str | None = None, inplace: bool = False
+        self,
+        inst: Instance,
+        config: RunConfig,
+        dtype: str,
+        redop: str | None = None,
+        inplace: bool = False,
+        counts: tuple[int, ...] | None = None,
     ) -> Prepared:
         """``config`` prepared over its rotation of buffer sets, exact inputs
         in each, checked once; kept for the next ask (a tune trial is checked,
@@ -200,14 +206,18 @@ class MeasurementService:
         runner is timed on is what the last preparation of that size loaded:
         the same exact inputs (one seed), unless an in-place call has since
         written over them. Times do not depend on the values; ``nwrong`` was
-        counted right after this runner's own load."""
+        counted right after this runner's own load.
+
+        A variable program's calls all run with ``counts`` (a bench row's),
+        loaded into every buffer set."""
         program = self.program(inst, config, dtype, redop, inplace)
         self._runnable(program)
-        if program.variable:  # timed calls need counts of their own: bench's part of issue 31, to come
-            raise PurlinError(f"{inst.spec.name}: timing variable-length collectives is not supported yet (check is)")
+        if program.variable and counts is None:
+            raise PurlinError(f"{inst.spec.name}: timing a variable-length collective needs the counts of its calls")
         # Keyed by the parameters as the backend runs them: {} and the same
         # values written out are one configuration, one runner.
-        key = (program, tuple(sorted(check_params(type(self.backend), dict(config.exec_params)).items())))
+        params = tuple(sorted(check_params(type(self.backend), dict(config.exec_params)).items()))
+        key = (program, params, counts if program.variable else None)
         if key in self._prepared:
             self._prepared.move_to_end(key)
             return self._prepared[key]
@@ -217,13 +227,14 @@ class MeasurementService:
             runner = self.backend.prepare(program, sets, **dict(config.exec_params))
             try:
                 inputs = exact_inputs(program.in_counts, resolve_dtype(dtype)[1], program.redop)
+                called = _counts_arg(counts if program.variable else None)
                 for slot in range(sets):
-                    runner.load(inputs, slot)
+                    runner.load(inputs, slot, **called)
                 reference = self.backend.reference(runner, inst, inputs)
                 runner.run(0)
                 nwrong = reference.count_wrong(runner, 0)
                 if program.inplace_offsets is not None:
-                    runner.load(inputs, 0)
+                    runner.load(inputs, 0, **called)
             except BaseException:
                 runner.close()  # a trial that fails (a watchdog, a deadlock) leaves nothing held
                 raise
@@ -252,6 +263,7 @@ class MeasurementService:
         baselines: Sequence[str] = (),
         policy: TimingPolicy = TimingPolicy(),
         inplace: bool = False,
+        counts: tuple[int, ...] | None = None,
     ) -> Comparison:
         """Time ``configs`` (label -> configuration) and ``baselines`` side by
         side at one size. A configuration that cannot be planned or run
@@ -259,7 +271,9 @@ class MeasurementService:
         reported in ``unavailable``."""
         if not configs:
             raise PurlinError("nothing to compare")
-        prepared = {label: self.prepare(inst, config, dtype, redop, inplace) for label, config in configs.items()}
+        prepared = {
+            label: self.prepare(inst, config, dtype, redop, inplace, counts) for label, config in configs.items()
+        }
         candidates: dict[str, Any] = {label: p.runner.candidate() for label, p in prepared.items()}
         unavailable: dict[str, str] = {}
         first = next(iter(prepared.values()))

@@ -111,7 +111,7 @@ def test_nvcc_builds_every_compiled_default_without_spills(tmp_path):
     ranks = COMPILED_MAX_RANKS
     service = MeasurementService(CupyBackend(ranks))
     for collective, dtype, nbytes in itertools.product(COLLECTIVES, DTYPE_CODES, (COMPILED_SMALL_BYTES, 1 << 20)):
-        ((_, inst),) = instances(load_builtin(collective), [nbytes], ranks, dtype, 0)
+        ((_, inst, _),) = instances(load_builtin(collective), [nbytes], ranks, dtype, 0)
         config = service.default_config(inst)
         assert dict(config.exec_params)["kernel"] == "compiled"
         program = plan(inst, config.strategy, dtype, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)

@@ -55,7 +55,7 @@ def default_config(inst, backend="cupy", fused=True):
 def _at(name, nbytes, itemsize=4, ranks=8):
     from purlin_bench.bench.run import instances
 
-    ((_, inst),) = instances(load_builtin(name), [nbytes], ranks, {4: "float32", 2: "bfloat16"}[itemsize], 0)
+    ((_, inst, _),) = instances(load_builtin(name), [nbytes], ranks, {4: "float32", 2: "bfloat16"}[itemsize], 0)
     return inst
 
 

@@ -53,7 +53,8 @@ def test_check_table_has_a_counts_column_only_with_variable_sizes(capsys):
      "unknown --counts 'zipf' (known: all, uniform, skewed, hot, sparse)"),
     (("check", "all-reduce", "--counts", "hot"), "--counts is for collectives whose sizes come per call"),
     (("show", "all-to-all-v", "--inplace"), "all-to-all-v has no in-place form"),
-    (("bench", "all-to-all-v", "--backend", "numpy"), "variable-length collectives are not supported yet"),
+    (("bench", "all-to-all-v", "--backend", "numpy", "--counts", "zipf"),
+     "unknown --counts 'zipf' (known: uniform, skewed, hot, sparse)"),
     (("tune", "reduce-scatter-v", "--backend", "numpy"), "variable-length collectives are not supported yet"),
     (("check", "all-gather-v,nope"), "unknown collective 'nope'"),
     (("show", "all-to-all-v", "--source"), "--source: the compiled datapath needs fixed sizes"),
@@ -71,3 +72,23 @@ def test_a_users_own_variable_collective_from_examples(capsys):
     assert code == 0 and data["summary"]["failed"] == 0 and data["summary"]["passed"] == 4 * 2 * 2 * 4
     code, out, _ = purlin(capsys, "show", path, "--ranks", "3", "--count", "64", "--strategy", "ring")
     assert code == 0 and "n0 = c(0), n1 = c(1), n2 = c(2)" in out
+
+
+@pytest.mark.parametrize("distribution", ("uniform", "skewed", "hot", "sparse"))
+def test_bench_times_rows_whose_counts_add_up_to_their_size(capsys, tmp_path, distribution):
+    """A row of size S runs counts adding up to S's total (all-to-all-v's S is
+    total / R), drawn from --counts, every call checked: the JSON says how."""
+    out_file = tmp_path / "v.json"
+    code, out, _ = purlin(capsys, "bench", "all-to-all-v", "--backend", "numpy", "--ranks", "4", "-b", "64", "-e", "4K",
+                          "-f", "8", "--counts", distribution, "--json", str(out_file), "-n", "2", "-w", "0", "-G", "1")
+    assert code == 0 and f"# counts: {distribution}" in out
+    data = json.loads(out_file.read_text())
+    assert data["environment"]["counts"] == distribution
+    rows = data["results"]
+    assert [r["size"] for r in rows] == [64, 512, 4096]
+    for row in rows:
+        assert row["distribution"] == distribution and len(row["counts"]) == 16
+        assert sum(row["counts"]) * 4 // 4 == row["size"]  # S = total / R elements of 4 bytes, at 4 ranks
+        assert row["count"] == max(row["counts"]) and row["out_of_place"]["nwrong"] == 0
+        if distribution == "hot":
+            assert sum(c > 0 for c in row["counts"]) <= 4  # one destination rank takes everything

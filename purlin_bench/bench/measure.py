@@ -46,6 +46,9 @@ class BenchRecord:
     ranks: int = 0
     layout: str = ""
     plan: str | None = None  # the plan file of --plan, else None
+    # A variable collective's: how its counts were drawn, and the counts every call ran with.
+    distribution: str | None = None
+    counts: tuple[int, ...] | None = None
 
     def speedup(self, baseline: str) -> float | None:
         t = self.baselines.get(baseline)
@@ -70,6 +73,7 @@ class BenchOptions:
     inplace: bool = True
     baselines: tuple[str, ...] = ()
     layout: str = ""  # the backend's rank layout (8vr, nvlink-8, 2proc-1gpu), recorded in each row
+    distribution: str = "uniform"  # a variable collective's counts (spec/variable.py DISTRIBUTIONS)
     plans: dict[str, str] = field(default_factory=dict)  # collective -> the plan file it runs
 
 
@@ -94,15 +98,20 @@ class Measurer:
         self.service, self.options, self.bandwidth = service, options, bandwidth
         self.unavailable: dict[str, str] = {}  # baseline -> why it could not run, first seen
 
-    def measure(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None) -> BenchRecord:
+    def measure(self, inst: Instance, config: RunConfig, dtype: str, redop: str | None,
+                counts: tuple[int, ...] | None = None) -> BenchRecord:
+        """One row; ``counts``: a variable collective's calls' (bench.run.Row)."""
         o = self.options
         _, np_dtype = resolve_dtype(dtype)
-        size = inst.spec.bytes_for_count(inst.ranks, inst.count, np_dtype.itemsize)
+        if inst.variable:
+            size = inst.spec.bytes_for_total(inst.ranks, sum(counts or ()), np_dtype.itemsize)
+        else:
+            size = inst.spec.bytes_for_count(inst.ranks, inst.count, np_dtype.itemsize)
         configs = {_CONFIG: config}
         if DEFAULT in o.baselines:
             configs[DEFAULT] = self.service.default_config(inst)
         baselines = [b for b in o.baselines if b != DEFAULT]
-        compared = self.service.compare(inst, configs, dtype, redop, baselines, o.policy)
+        compared = self.service.compare(inst, configs, dtype, redop, baselines, o.policy, counts=counts)
         for name, why in compared.unavailable.items():
             self.unavailable.setdefault(name, why)
         if o.check and compared.nwrong.get(DEFAULT):
@@ -112,11 +121,13 @@ class Measurer:
         nwrong = compared.nwrong[_CONFIG] if o.check else 0
         in_place = None
         if o.inplace and inst.inplace_refusal() is None:
-            ip = self.service.compare(inst, {_CONFIG: config}, dtype, redop, (), o.policy, inplace=True)
+            ip = self.service.compare(inst, {_CONFIG: config}, dtype, redop, (), o.policy, inplace=True,
+                                      counts=counts)
             in_place = _side(inst, size, ip.us(_CONFIG), ip.nwrong[_CONFIG] if o.check else 0)
         floor = self.bandwidth.floor_us(inst, size) if self.bandwidth else None
         program = self.service.program(inst, config, dtype, redop)
         root = inst.root if inst.spec.rooted else -1
         return BenchRecord(inst.spec.name, size, inst.count, dtype, program.redop or "none", root, config.text(),
                            config.to_dict(), _side(inst, size, compared.us(_CONFIG), nwrong), in_place, times, floor,
-                           inst.ranks, o.layout, o.plans.get(inst.spec.name))
+                           inst.ranks, o.layout, o.plans.get(inst.spec.name),
+                           o.distribution if inst.variable else None, counts if inst.variable else None)

@@ -138,6 +138,8 @@ def json_row(r: BenchRecord) -> dict[str, Any]:
     row.update(strategy=r.strategy, config=r.config, baselines=r.baselines,
                speedup={b: r.speedup(b) for b in r.baselines}, floor_us=r.floor_us, roofline_pct=r.roofline_pct(),
                ranks=r.ranks, layout=r.layout, plan=r.plan)
+    if r.counts is not None:  # a variable collective's: how its counts were drawn, and the counts themselves
+        row.update(distribution=r.distribution, counts=list(r.counts))
     return row
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
+
+import numpy as np
 
 from purlin_bench.config import RunConfig
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import PurlinError
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
+from purlin_bench.spec.variable import counts_for_total
 from purlin_bench.strategies import STRATEGIES, get_strategy
 
 
@@ -44,10 +47,22 @@ def configs_for(
     return [RunConfig.make(n, dict(choice.plan_overrides), dict(choice.exec_overrides)) for n in names]
 
 
-def instances(spec: CollectiveSpec, sizes: list[int], ranks: int, dtype: str, root: int) -> list[tuple[int, Instance]]:
+class Row(NamedTuple):
+    """One bench row: its size S in bytes, the instance, and for a variable
+    collective the counts every timed call runs with (None otherwise)."""
+
+    size: int
+    inst: Instance
+    counts: tuple[int, ...] | None = None
+
+
+def instances(spec: CollectiveSpec, sizes: list[int], ranks: int, dtype: str, root: int,
+              distribution: str = "uniform") -> list[Row]:
     _, np_dtype = resolve_dtype(dtype)
     if spec.rooted and not 0 <= root < ranks:
         raise PurlinError(f"--root {root} is out of range for {ranks} ranks")
+    if spec.variable:
+        return _variable_rows(spec, sizes, ranks, np_dtype.itemsize, distribution)
     out, seen = [], set()
     for size in sizes:
         count = spec.count_for_bytes(ranks, size, np_dtype.itemsize)
@@ -55,9 +70,27 @@ def instances(spec: CollectiveSpec, sizes: list[int], ranks: int, dtype: str, ro
             continue
         seen.add(count)
         out.append(
-            (
+            Row(
                 spec.bytes_for_count(ranks, count, np_dtype.itemsize),
                 instantiate(spec, ranks, count, np_dtype.itemsize, root if spec.rooted else 0),
             )
         )
+    return out
+
+
+def _variable_rows(spec: CollectiveSpec, sizes: list[int], ranks: int, itemsize: int, distribution: str) -> list[Row]:
+    """A variable collective's rows: the call's counts add up to the total
+    whose S is the size (nccl-tests' S: ``bench: size`` of ``total``),
+    drawn from ``distribution`` with a seed of the row (every run and every
+    candidate of a row time the same counts); the buffers hold the largest."""
+    out, seen = [], set()
+    shape = instantiate(spec, ranks, 1, itemsize)
+    for size in sizes:
+        total = spec.total_for_bytes(ranks, size, itemsize)
+        if total in seen:
+            continue
+        seen.add(total)
+        counts = counts_for_total(shape, total, distribution, np.random.default_rng(total))
+        inst = instantiate(spec, ranks, max(1, *counts), itemsize)
+        out.append(Row(spec.bytes_for_total(ranks, total, itemsize), inst, counts))
     return out

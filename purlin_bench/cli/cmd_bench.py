@@ -23,6 +23,7 @@ from purlin_bench.measurement import MeasurementService
 from purlin_bench.sizes import counted, parse_bytes
 from purlin_bench.strategies import get_strategy
 from purlin_bench.textfile import is_stream
+from purlin_bench.spec.variable import DISTRIBUTIONS
 
 ORDER = 40
 # Said wherever a run prints the reference backend's baseline: its name is
@@ -51,6 +52,10 @@ def bench(
                                  help="float32|float16|bfloat16|int32|float64 (nccl-tests names too)"),
     op: str = typer.Option("sum", "-o", "--op", help="reduction: sum|prod|max|min"),
     root: int = typer.Option(0, "-r", "--root", help="root rank of rooted collectives"),
+    counts: str = typer.Option("uniform", "--counts",
+                               help="Sizes per call (all-to-all-v, ...): how a row's counts are drawn, adding up to "
+                               "its size: uniform, skewed (Zipf over ranks, as MoE routing), hot (one rank takes all), "
+                               "sparse."),
     check: int = typer.Option(1, "-c", "--check", help="1: count wrong elements against the reference"),
     cudagraph: int = typer.Option(5, "-G", "--cudagraph",
                                   help="replay each captured batch this many times (median); 0: eager launches"),
@@ -96,8 +101,10 @@ def bench(
     outputs.check_distinct(("--json", json_out), ("--csv", csv_out), ("--plot", plot_out))
     limits.check_choice(check, "--check", (0, 1))
     limits.check_plan_param("channels", channels, "--channels")
-    specs = many_specs(collective, spec_files or [], timed=True)
-    limits.check_bench(specs, maxbytes, backend, ranks, gpus, datatype, inplace)
+    specs = many_specs(collective, spec_files or [])
+    if counts not in DISTRIBUTIONS:
+        raise PurlinError(f"unknown --counts '{counts}' (known: {', '.join(DISTRIBUTIONS)})")
+    limits.check_bench(specs, maxbytes, backend, ranks, gpus, datatype, inplace, counts)
     dtype, _ = resolve_dtype(datatype)
     if fmt not in FORMATS:
         raise PurlinError(f"unknown --format '{fmt}' (known: {', '.join(FORMATS)})")
@@ -118,7 +125,7 @@ def bench(
                      [s.name for s in specs])
     # Every size's instance before the first byte of output: a rank count or
     # root a spec refuses is one error line, not a header with no rows.
-    plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root)) for spec in specs]
+    plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root, counts)) for spec in specs]
     plans = dict(choice.plan_lookup.sources) if choice.plan_lookup is not None else {}
     backend_obj = make(backend_cls, n_ranks, tuple(devices) if devices else None)
     baselines = _baselines(baseline, backend_obj.baselines(), backend_obj.refused_baselines())
@@ -133,7 +140,7 @@ def bench(
     if plans:
         env["plans"] = plans
     options = BenchOptions(policy=policy, check=bool(check), inplace=inplace, baselines=baselines, layout=layout_name,
-                           plans=plans)
+                           plans=plans, distribution=counts)
     measurer = Measurer(service, options, bandwidth)
     if why:  # only now: bad input above gets its one error line and nothing else
         common.note(f"{why}. Times below are CPU times of the reference executor, not GPU times.")
@@ -157,6 +164,11 @@ def bench(
             f"run)")
     for name, source in plans.items():
         say(f"# plan: {name} from {source}")
+    if any(spec.variable for spec in specs):
+        # Sizes per call: S is of the row's total (nccl-tests' S); the counts are in each JSON row.
+        env["counts"] = counts
+        say(f"# counts: {counts} (sizes per call: a row's counts add up to its size S; every call of a row, and "
+            f"every baseline, runs the same counts)")
     command = common.command_line()
     total = sum(len(items) for _, items in plan_text)
     layout = TableLayout(baselines, common.console.width)
@@ -183,10 +195,10 @@ def bench(
             else:
                 common.console.print(f"\n[bold]{escape(title)}[/bold]", highlight=False)
                 common.console.print(layout.header())
-            for size, inst in items:
+            for size, inst, row_counts in items:
                 progress.update(task, description=f"{spec.name} {size} B")
                 for config in configs_for(inst, size, choice, service.default_config):
-                    record = measurer.measure(inst, config, dtype, op if spec.op == "reduce" else None)
+                    record = measurer.measure(inst, config, dtype, op if spec.op == "reduce" else None, row_counts)
                     records.append(record)
                     if text:
                         say(nccl_log.row(record, spec.rooted, bool(check)))

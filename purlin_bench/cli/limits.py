@@ -105,7 +105,7 @@ def check_memory(needed: int, what: str, backend) -> None:
 
 
 def check_bench(specs, maxbytes: str | None, backend: str, ranks: int, gpus: str | None, datatype: str,
-                inplace: bool) -> None:
+                inplace: bool, distribution: str = "uniform") -> None:
     """purlin bench's bounds, before the backend starts: the rank count,
     --op on copy collectives, and the memory the largest size needs."""
     from purlin_bench.backends import resolve as resolve_backend
@@ -124,7 +124,12 @@ def check_bench(specs, maxbytes: str | None, backend: str, ranks: int, gpus: str
     for spec in specs:
         if not spec.supports_ranks(ranks):
             continue
-        inst = instantiate(spec, ranks, spec.count_for_bytes(ranks, top, np_dtype.itemsize), np_dtype.itemsize)
+        if spec.variable:  # the row's own instance: its buffers hold the largest of its counts
+            from purlin_bench.bench.run import instances
+
+            inst = instances(spec, [top], ranks, dtype, 0, distribution)[0].inst
+        else:
+            inst = instantiate(spec, ranks, spec.count_for_bytes(ranks, top, np_dtype.itemsize), np_dtype.itemsize)
         # The configuration, the default it is compared with, in place too.
         check_memory(needed_bytes(inst, np_dtype.itemsize, copies=4 if inplace else 2),
                      f"{spec.name} at {top} B on {counted(ranks, 'rank')}", backend_cls)

@@ -35,12 +35,12 @@ def many_specs(collective: str | None, spec_files: Sequence[str], timed: bool = 
     if collective == "all":
         specs.extend(load_all_builtin())
         if timed:
-            # Bench and tune time one size a row; a collective whose sizes
-            # come per call is timed in issue 31's next phase: 'all' is the rest.
+            # Tune buckets by one count; a collective whose sizes come per
+            # call is tuned in issue 31's next phase: 'all' is the rest.
             left = [spec.name for spec in specs if spec.variable]
             specs = [spec for spec in specs if not spec.variable]
             if left:
-                note(f"'all' leaves out {', '.join(left)}: timing sizes that come per call is not supported yet")
+                note(f"'all' leaves out {', '.join(left)}: tuning sizes that come per call is not supported yet")
     elif collective and "," in collective and not Path(collective).exists():
         # A comma list of names or paths: 'all-gather-v,reduce-scatter-v,all-to-all-v'.
         specs.extend(resolve(part.strip()) for part in collective.split(",") if part.strip())

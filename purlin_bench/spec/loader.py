@@ -171,6 +171,17 @@ class CollectiveSpec:
         self._sized()
         return self.bench.size_elements.int({"count": count, "R": ranks}) * itemsize
 
+    def total_for_bytes(self, ranks: int, nbytes: int, itemsize: int) -> int:
+        """A variable collective's: the sum of one call's counts whose size S
+        (its ``bench: size``, an expression of ``total``) is ``nbytes``,
+        rounded down, at least 1."""
+        # S per element of total may be a fraction (all-to-all-v's S is total / R, per rank).
+        per_total = float(self.bench.size_elements({"total": 1, "count": 0, "R": ranks})) * itemsize
+        return max(1, int(nbytes // per_total)) if per_total > 0 else 1
+
+    def bytes_for_total(self, ranks: int, total: int, itemsize: int) -> int:
+        return int(float(self.bench.size_elements({"total": total, "count": 0, "R": ranks})) * itemsize)
+
 
 def _fail(source: str, where: str, why: str) -> SpecError:
     return SpecError(f"{source}: {where}: {why}")

@@ -19,6 +19,7 @@ reference (:meth:`Instance.reference`) is the call's expected outputs.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -90,6 +91,23 @@ def expected_outputs(inst: Instance, inputs: Sequence[np.ndarray], redop: str | 
 def total(inst: Instance, counts: Sequence[int]) -> int:
     """Elements the call's counts add up to (bench.size's ``total``)."""
     return sum(check_counts(inst, counts))
+
+
+def counts_for_total(inst: Instance, total: int, distribution: str, rng: np.random.Generator) -> tuple[int, ...]:
+    """One call's counts adding up to ``total`` exactly, shaped by
+    ``distribution`` (a draw at a large capacity, scaled; the remainder goes
+    to the largest fractions): what a bench row of size S times every call
+    with. ``inst`` gives the chunk names; its capacity is not used."""
+    shape = draw_counts(replace(inst, count=1 << 20), distribution, rng)
+    weights = np.array(shape, dtype=np.float64)
+    if not weights.sum():
+        weights[...] = 1.0  # every draw 0 (a sparse draw can be): spread evenly
+    exact = weights / weights.sum() * total
+    counts = np.floor(exact).astype(np.int64)
+    left = int(total - counts.sum())
+    for k in np.argsort(-(exact - counts), kind="stable")[:left]:
+        counts[k] += 1
+    return tuple(int(c) for c in counts)
 
 
 def draw_counts(inst: Instance, distribution: str, rng: np.random.Generator) -> tuple[int, ...]:

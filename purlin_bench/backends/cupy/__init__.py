@@ -295,11 +295,9 @@ class CupyBackend(Backend):
         from purlin_bench.backends.cupy.check import DeviceReference
 
         if inst.variable:
-            # Each call's expected outputs follow its counts: the host
-            # reference computes them for the counts the runner holds.
-            from purlin_bench.backends.numpy import HostReference
+            from purlin_bench.backends.cupy.check import VariableReference
 
-            return HostReference(inst, runner.program.redop, inputs)
+            return VariableReference(runner, inst, inputs)
         with device_errors():
             return DeviceReference(runner, inst, inputs)
 

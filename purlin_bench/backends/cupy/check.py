@@ -72,3 +72,38 @@ class DeviceReference:
 
         layout = VIRTUAL if self.runner.world.fused else GPUS
         return baselines.make(name, baselines.Site("cupy", layout, self.runner, self.inst, reference=self))
+
+
+class VariableReference:
+    """A variable program's reference on the GPU: each buffer set's expected
+    outputs follow the counts the runner holds (the host reference computes
+    them, spec/variable.py), and the baselines are built for the call those
+    counts make (a bench row runs one counts vector in every set): torch's
+    shortest code for it is the fixed-size collective of those sizes over
+    the inputs' prefixes, index copies derived from the counts on the host,
+    as torch's own ``*_v`` calls take their splits."""
+
+    def __init__(self, runner, inst: Instance, inputs: Sequence[np.ndarray]):
+        from purlin_bench.backends.numpy import HostReference
+
+        self.runner, self.inst, self.inputs = runner, inst, list(inputs)
+        self.host = HostReference(inst, runner.program.redop, inputs)
+        self.kept: dict[str, Any] = {}
+
+    def count_wrong(self, runner, slot: int = 0) -> int:
+        return self.host.count_wrong(runner, slot)
+
+    def call(self) -> tuple[Instance, list[np.ndarray], list[np.ndarray]]:
+        """The fixed instance of the runner's counts (buffer set 0), its inputs and expected outputs."""
+        from purlin_bench.spec.variable import at_counts, expected_outputs
+
+        counts = self.runner.loaded_counts(0)
+        fixed = at_counts(self.inst, counts)
+        inputs = [x[:n] for x, n in zip(self.inputs, fixed.in_counts)]
+        return fixed, inputs, expected_outputs(self.inst, self.inputs, self.runner.program.redop, counts)
+
+    def baseline(self, name: str):
+        from purlin_bench import baselines
+
+        layout = VIRTUAL if self.runner.world.fused else GPUS
+        return baselines.make(name, baselines.Site("cupy", layout, self.runner, self.inst, reference=self))

@@ -262,11 +262,15 @@ class TorchBaseline:
         return f"torch, {self.kernels} kernel{'s' if self.kernels > 1 else ''} ({self.plan[0]})"
 
 
+def _host(a) -> np.ndarray:
+    """A CuPy array's host copy, or a host array as it is."""
+    return np.asarray(a.get() if hasattr(a, "get") else a)
+
+
 def checked_candidate(reference):
     """The torch baseline over a device reference's inputs and buffer sets
     (virtual ranks), checked once against its expected outputs before it is
     timed, and kept with the reference (purlin_bench/baselines/torch_code.py)."""
-    import cupy
     import torch
 
     from purlin_bench.backends.cupy.timing import StreamCandidate
@@ -274,15 +278,18 @@ def checked_candidate(reference):
     runner = reference.runner
     if "torch" not in reference.kept:
         device = runner.world.devices[0]
-        baseline = TorchBaseline(
-            reference.inst, reference.inputs, runner.program.dtype, runner.program.redop, runner.sets, device
+        # A variable program's: the fixed collective of its call's counts (check.VariableReference).
+        inst, inputs, expected = (
+            reference.call() if reference.inst.variable else (reference.inst, reference.inputs, reference.expected)
         )
+        baseline = TorchBaseline(inst, inputs, runner.program.dtype, runner.program.redop, runner.sets, device)
         baseline.run(0)
         torch.cuda.synchronize(device)
         width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[runner.itemsize]
         wrong = sum(
-            int(np.count_nonzero(np.asarray(got).view(width) != cupy.asnumpy(want).view(width)))
-            for got, want in zip(baseline.outputs(), reference.expected)
+            # Expected outputs on the device (a device reference) or the host (a variable one).
+            int(np.count_nonzero(np.asarray(got).view(width) != _host(want).view(width)))
+            for got, want in zip(baseline.outputs(), expected)
         )
         if wrong:
             raise PurlinError(f"the torch baseline got {wrong} elements wrong ({baseline.describe()}): not timed")
