@@ -161,3 +161,13 @@ def test_copy_engines_take_large_single_consumer_flows_on_one_gpu_only():
     # a fan-out copy (all-gather) and a pulled one (scatter) stay on SMs
     assert "datapath" not in dict(default_config(_at("all-gather", 1 << 30)).exec_params)
     assert "datapath" not in dict(default_config(_at("scatter", 1 << 30)).exec_params)
+
+
+@pytest.mark.parametrize("name", ("all-gather-v", "reduce-scatter-v", "all-to-all-v"))
+def test_variable_sizes_default_to_the_interpreter_on_sms(name):
+    """Copy engines and the compiled kernel fix sizes when a call is
+    enqueued or built; sizes that come per call run the interpreter on SMs
+    (D44), at every size (all-to-all at 256 MiB would otherwise take 'ce')."""
+    for nbytes in (8, 1 << 20, 256 << 20):
+        params = dict(default_config(_at(name, nbytes)).exec_params)
+        assert params.get("datapath", "sm") == "sm" and params.get("kernel", "interpreted") == "interpreted", params

@@ -141,7 +141,8 @@ class CupyBackend(Backend):
             # One step of every other strategy reduces a source per rank; the
             # datapath takes at most MAX_SRC, a ring step two.
             config = RunConfig.make("ring", plan)
-        if inst.op != "reduce" and self.fused and config.strategy == "push":
+        # Copy engines take their sizes when a call is enqueued: never for sizes that come per call (D44).
+        if inst.op != "reduce" and self.fused and config.strategy == "push" and not inst.variable:
             single = all(len(f.consumer_ranks()) == 1 for f in inst.flows)
             smallest = min((f.count for f in inst.flows), default=0) * inst.itemsize
             if single and smallest >= CE_MIN_FLOW_BYTES:
