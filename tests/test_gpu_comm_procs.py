@@ -53,3 +53,20 @@ def test_every_collective_is_exact_through_the_communicator():
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert done.stdout.count("checks exact") == int(procs), done.stdout[-4000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_variable_sizes_are_exact_through_the_communicator_with_device_counts():
+    """all_gather_v, reduce_scatter_v, all_to_all_v: eager and from a graph
+    replayed with counts rewritten on the GPU (tests/gpu_comm_v_worker.py)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU")
+    procs = os.environ.get("PURLIN_TEST_PROCS", "2")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", procs,
+           str(ROOT / "tests" / "gpu_comm_v_worker.py")]
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.stdout.count("checks exact") == int(procs), done.stdout[-4000:]

@@ -52,6 +52,9 @@ class _Prepared:
         self.in_ptr = int(runner.array(rank, "in", 0).data.ptr) if self.in_count else 0
         self.out_ptr = int(runner.array(rank, "out", 0).data.ptr) if self.out_count else 0
         self.in_bytes, self.out_bytes = self.in_count * itemsize, self.out_count * itemsize
+        # A variable collective's: where its kernel reads the call's counts, and how many.
+        self.ncounts = len(inst.count_keys)
+        self.counts_ptr = runner.counts_address(0) if self.ncounts else 0
 
 
 class Communicator:
@@ -148,6 +151,11 @@ class Communicator:
         abort. The process's summary word says when to look (one memory
         read a call); ``scan`` looks at every runner's words regardless."""
         if self._failure is None and (scan or self.backend.faulted()):
+            # A count out of range first: that call ran clamped with sound
+            # flags, so it is raised (CountsError) and the communicator goes on.
+            for p in self._prepared.values():
+                if p.ncounts:
+                    p.runner.raise_counts_error()
             # Only this communicator's own runners latch it: another
             # communicator's failure in this process is that one's to raise.
             self._failure = next((f for f in (p.runner.failure() for p in self._prepared.values()) if f), None)
@@ -208,6 +216,28 @@ class Communicator:
         """``x`` (the root's R chunks) is read on ``root`` only; elsewhere it gives the size."""
         return self._call("scatter", x, out, root, None)
 
+    # Sizes per call (issue 31). ``x`` and ``out`` are buffers at a capacity
+    # (every chunk's most elements: a serving stack's largest batch), and a
+    # call fills their front, each chunk packed after the one before (as
+    # torch's split sizes lay them out); what lies past it is not the call's.
+    # ``counts`` is an int64 CUDA tensor, the same on every rank (the whole
+    # call's, as after an all-gather of the routing counts), read by the
+    # kernel itself: counts computed on the GPU need no sync, and a captured
+    # graph replays with whatever counts the tensor then holds. A count
+    # outside 0..capacity is clamped on the GPU and raised (CountsError) at
+    # the next call, as a timeout is.
+    def all_gather_v(self, x, counts, out=None):
+        """``counts[r]``: the elements rank r contributes (x holds the capacity; out R of them)."""
+        return self._call("all-gather-v", x, out, 0, None, counts)
+
+    def reduce_scatter_v(self, x, counts, out=None, op: str = "sum"):
+        """``counts[r]``: the elements rank r ends with (x holds R capacities; out one)."""
+        return self._call("reduce-scatter-v", x, out, 0, op, counts)
+
+    def all_to_all_v(self, x, counts, out=None):
+        """``counts[i * R + j]``: the elements rank i sends rank j (x and out hold R capacities)."""
+        return self._call("all-to-all-v", x, out, 0, None, counts)
+
     # -- internals -------------------------------------------------------------
     def _spec(self, collective: str):
         if collective not in self._specs:
@@ -225,7 +255,7 @@ class Communicator:
             raise PurlinError(f"{what} must be contiguous")
         return dtype
 
-    def _call(self, collective: str, x, out, root: int, op: str | None):
+    def _call(self, collective: str, x, out, root: int, op: str | None, counts=None):
         if self._closed:
             raise PurlinError("this Communicator is closed")
         # An earlier call's failure first: one memory read, no sync.
@@ -241,11 +271,24 @@ class Communicator:
         if prepared is None:
             prepared = self._prepare(key, x.element_size())
         torch = self._torch
+        counts = self._counts(prepared, collective, counts)
         if out is None:
             out = torch.empty(prepared.out_count, dtype=x.dtype, device=x.device)
         stream = torch.cuda.current_stream(x.device)
-        self._enqueue(prepared, x, out, stream)
+        self._enqueue(prepared, x, out, stream, counts)
         return out
+
+    def _counts(self, p: _Prepared, collective: str, counts):
+        """A variable call's counts as int64 on this device, checked in shape (their values are the kernel's)."""
+        if not p.ncounts:
+            return None
+        torch = self._torch
+        if not torch.is_tensor(counts) or not counts.is_cuda or counts.device.index != self.device:
+            raise PurlinError(f"{collective}: counts must be a CUDA tensor on GPU {self.device}")
+        if counts.dtype not in (torch.int64, torch.int32) or counts.numel() != p.ncounts:
+            raise PurlinError(f"{collective} on {self.size} ranks takes {p.ncounts} int64 counts (one per chunk), "
+                              f"got {counts.numel()} of {counts.dtype}")
+        return counts.to(torch.int64).contiguous()  # no copy when it already is
 
     def _prepare(self, key: tuple, itemsize: int) -> _Prepared:
         """Plan and prepare one collective: collective over the group."""
@@ -295,7 +338,7 @@ class Communicator:
         self._prepared[ident] = prepared
         return prepared
 
-    def _enqueue(self, p: _Prepared, x, out, stream) -> None:
+    def _enqueue(self, p: _Prepared, x, out, stream, counts=None) -> None:
         import cupy
 
         rt = cupy.cuda.runtime
@@ -314,6 +357,8 @@ class Communicator:
             with self.backend.guard(), cupy.cuda.Device(self.device):
                 if p.in_bytes:
                     rt.memcpyAsync(p.in_ptr, x.data_ptr(), p.in_bytes, rt.memcpyDeviceToDevice, s)
+                if counts is not None:  # on the stream: a graph replays it with the tensor's counts then
+                    rt.memcpyAsync(p.counts_ptr, counts.data_ptr(), 8 * p.ncounts, rt.memcpyDeviceToDevice, s)
                 p.runner.launch(ext, 0)
                 if p.out_bytes:
                     rt.memcpyAsync(out.data_ptr(), p.out_ptr, p.out_bytes, rt.memcpyDeviceToDevice, s)

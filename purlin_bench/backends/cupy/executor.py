@@ -324,15 +324,21 @@ class CupyRunner(RunnerBuffers):
                     f"watchdog: another rank's wait timed out in "
                     f"{self.program.collective}/{self.program.strategy}, and this rank's call was aborted"
                 )
-        if said is not None and said.startswith(BAD_COUNTS):
-            # The call ran (clamped) and its flags are sound: only the record goes.
-            for launch in self.launches:
-                launch.slot.clear()
-            raise CountsError(said)
+        self.raise_counts_error(said)
         if said is not None:
             # Every rank resets and rank 0 clears the abort word (procs.py).
             self.reset()
             raise (WatchdogTimeout if said.startswith(TIMED_OUT) else CallAborted)(said)
+
+    def raise_counts_error(self, said: str | None = None) -> None:
+        """Raise (CountsError) a count out of range that a call met on the
+        device, and forget it: that call ran clamped and its flags are sound,
+        so the runner goes on (unlike after a timeout)."""
+        said = self.failure() if said is None else said
+        if said is not None and said.startswith(BAD_COUNTS):
+            for launch in self.launches:
+                launch.slot.clear()
+            raise CountsError(said)
 
     def reset(self) -> None:
         """Zero flags, epochs, status and abort after a timeout: the next call starts clean."""
