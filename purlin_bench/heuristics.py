@@ -46,6 +46,13 @@ def default_strategy(inst: Instance) -> str:
 _MAX_CHANNELS = 8
 
 
+# A variable collective's channel per flow splits a rank's blocks evenly
+# among flows whose sizes are not even (skewed counts leave most idle): from
+# a rank's input of this many bytes at capacity, one channel whose every op
+# all the rank's blocks share (D45).
+VARIABLE_ONE_CHANNEL_BYTES = 1 << 20
+
+
 def default_plan(inst: Instance) -> RunConfig:
     """The strategy and planner parameters of the untuned default for
     ``inst``, without measuring anything. Each backend then adds its own
@@ -57,4 +64,6 @@ def default_plan(inst: Instance) -> RunConfig:
         # run side by side rather than as a chain of ops.
         sent = max(inst.flows_sent().values(), default=1)
         plan_params["channels"] = max(1, min(_MAX_CHANNELS, sent))
+        if inst.variable and max(inst.in_counts) * inst.itemsize >= VARIABLE_ONE_CHANNEL_BYTES:
+            plan_params["channels"] = 1  # D45: uneven flows share one list's blocks instead of idling theirs
     return RunConfig.make(strategy, plan_params)

@@ -171,3 +171,10 @@ def test_variable_sizes_default_to_the_interpreter_on_sms(name):
     for nbytes in (8, 1 << 20, 256 << 20):
         params = dict(default_config(_at(name, nbytes)).exec_params)
         assert params.get("datapath", "sm") == "sm" and params.get("kernel", "interpreted") == "interpreted", params
+
+
+def test_a_large_variable_all_to_all_takes_one_channel_a_small_one_a_channel_per_flow():
+    """D45: skewed flows leave a channel per flow mostly idle at large sizes."""
+    assert dict(default_plan(_at("all-to-all-v", 16 << 20)).plan_params)["channels"] == 1
+    assert dict(default_plan(_at("all-to-all-v", 4096)).plan_params)["channels"] == 8
+    assert dict(default_plan(_at("all-to-all", 16 << 20)).plan_params)["channels"] == 8  # fixed sizes: as before
