@@ -50,7 +50,7 @@ _MAX_CHANNELS = 8
 # among flows whose sizes are not even (skewed counts leave most idle): from
 # a rank's input of this many bytes at capacity, one channel whose every op
 # all the rank's blocks share (D45).
-VARIABLE_ONE_CHANNEL_BYTES = 1 << 20
+VARIABLE_ONE_CHANNEL_BYTES = 4 << 20
 
 
 def default_plan(inst: Instance) -> RunConfig:
