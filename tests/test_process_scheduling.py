@@ -166,8 +166,8 @@ def test_a_failed_call_makes_every_later_call_of_the_communicator_raise():
     comm = Communicator.__new__(Communicator)
     comm._closed, comm._failure, comm.rank = False, None, 1
     comm.backend = SimpleNamespace(faulted=lambda: faulted[0])
-    comm._prepared = {"a": SimpleNamespace(runner=SimpleNamespace(failure=lambda: None)),
-                      "b": SimpleNamespace(runner=SimpleNamespace(failure=lambda: said))}
+    comm._prepared = {"a": SimpleNamespace(ncounts=0, runner=SimpleNamespace(failure=lambda: None)),
+                      "b": SimpleNamespace(ncounts=0, runner=SimpleNamespace(failure=lambda: said))}
     comm._raise_if_failed()  # nothing recorded: nothing raised, nothing read past the summary word
     mine = comm._prepared.pop("b")
     faulted[0] = True  # another communicator of this process failed: not this one's to raise
@@ -179,6 +179,31 @@ def test_a_failed_call_makes_every_later_call_of_the_communicator_raise():
     faulted[0] = False  # a reset elsewhere does not make this communicator's peers consistent again
     with pytest.raises(WatchdogTimeout, match="cannot run more calls: make a new one"):
         comm.broadcast(object())
+
+
+def test_a_count_out_of_range_is_raised_once_and_the_communicator_goes_on():
+    """Issue 31: a count a GPU wrote out of range ran clamped (flags sound):
+    the next call raises a CountsError, and the calls after it run."""
+    from types import SimpleNamespace
+
+    from purlin_bench.errors import CountsError
+    from purlin_bench.torch import Communicator
+
+    recorded = ["counts: all-to-all-v's count 5 (c(1, 1)) was 999 in device memory, outside 0..64"]
+
+    def raise_counts_error():
+        if recorded:
+            raise CountsError(recorded.pop())
+
+    comm = Communicator.__new__(Communicator)
+    comm._closed, comm._failure, comm.rank = False, None, 0
+    comm.backend = SimpleNamespace(faulted=lambda: bool(recorded))
+    comm._prepared = {"v": SimpleNamespace(ncounts=16, runner=SimpleNamespace(
+        raise_counts_error=raise_counts_error, failure=lambda: None))}
+    with pytest.raises(CountsError, match="was 999 in device memory"):
+        comm._raise_if_failed()
+    comm._raise_if_failed()  # forgotten once raised: not latched, as a timeout is
+    assert comm._failure is None
 
 
 @pytest.mark.timeout(60)
