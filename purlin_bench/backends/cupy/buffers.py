@@ -72,9 +72,10 @@ class RunnerBuffers:
         checked = check_counts(self.program, counts)
         if self.program.variable:
             self.loaded[slot] = checked
+            values = np.array(checked, dtype=np.int64)
             for rank, array in enumerate(self.counts):
                 with cupy.cuda.Device(self.world.devices[rank]):
-                    array[slot % self.sets].set(np.array(checked, dtype=np.int64))
+                    array[slot % self.sets].set(values)
         for r, x in enumerate(inputs):
             if x.shape != (self.program.in_counts[r],):
                 raise ExecutionError(f"input of rank {r} has shape {x.shape}, expected ({self.program.in_counts[r]},)")
@@ -93,8 +94,11 @@ class RunnerBuffers:
         computed on the GPU copies them there on its stream, graph-safe."""
         if not self.program.variable:
             raise ExecutionError(f"{self.program.collective} has fixed sizes; it takes no per-call counts")
-        array = self.counts[self.launches[0].ranks[0]]
-        return int(array[slot % self.sets].data.ptr)
+        return self.counts_of(self.launches[0].ranks[0], slot)
+
+    def counts_of(self, rank: int, slot: int) -> int:
+        """The address of rank ``rank``'s counts for buffer set ``slot`` (a fused launch reads rank 0's)."""
+        return int(self.counts[rank][slot % self.sets].data.ptr)
 
     def poison(self, slot: int = 0) -> None:
         """All-ones bytes (NaN for floats, -1 for ints) in outputs and scratch,

@@ -67,11 +67,7 @@ class DeviceReference:
         return wrong
 
     def baseline(self, name: str) -> StreamCandidate:
-        """Baseline ``name`` over these inputs and buffer sets (purlin_bench/baselines/)."""
-        from purlin_bench import baselines
-
-        layout = VIRTUAL if self.runner.world.fused else GPUS
-        return baselines.make(name, baselines.Site("cupy", layout, self.runner, self.inst, reference=self))
+        return _baseline(self, name)
 
 
 class VariableReference:
@@ -102,8 +98,13 @@ class VariableReference:
         inputs = [x[:n] for x, n in zip(self.inputs, fixed.in_counts)]
         return fixed, inputs, expected_outputs(self.inst, self.inputs, self.runner.program.redop, counts)
 
-    def baseline(self, name: str):
-        from purlin_bench import baselines
+    def baseline(self, name: str) -> StreamCandidate:
+        return _baseline(self, name)
 
-        layout = VIRTUAL if self.runner.world.fused else GPUS
-        return baselines.make(name, baselines.Site("cupy", layout, self.runner, self.inst, reference=self))
+
+def _baseline(reference, name: str) -> StreamCandidate:
+    """Baseline ``name`` over a reference's inputs and its runner's buffer sets (purlin_bench/baselines/)."""
+    from purlin_bench import baselines
+
+    layout = VIRTUAL if reference.runner.world.fused else GPUS
+    return baselines.make(name, baselines.Site("cupy", layout, reference.runner, reference.inst, reference=reference))

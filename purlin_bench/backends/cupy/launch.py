@@ -78,5 +78,4 @@ class _Launch:
         """The kernel's counts and size table (null pointers for fixed sizes)."""
         if self.sizes is None:
             return (np.uint64(0), np.uint64(0))
-        array = runner.counts[self.ranks[0]]  # this launch's first rank's (a fused launch: rank 0's)
-        return (np.uint64(int(array[slot % runner.sets].data.ptr)), self.sizes)
+        return (np.uint64(runner.counts_of(self.ranks[0], slot)), self.sizes)

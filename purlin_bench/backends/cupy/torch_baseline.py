@@ -262,15 +262,11 @@ class TorchBaseline:
         return f"torch, {self.kernels} kernel{'s' if self.kernels > 1 else ''} ({self.plan[0]})"
 
 
-def _host(a) -> np.ndarray:
-    """A CuPy array's host copy, or a host array as it is."""
-    return np.asarray(a.get() if hasattr(a, "get") else a)
-
-
 def checked_candidate(reference):
     """The torch baseline over a device reference's inputs and buffer sets
     (virtual ranks), checked once against its expected outputs before it is
     timed, and kept with the reference (purlin_bench/baselines/torch_code.py)."""
+    import cupy
     import torch
 
     from purlin_bench.backends.cupy.timing import StreamCandidate
@@ -288,7 +284,7 @@ def checked_candidate(reference):
         width = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[runner.itemsize]
         wrong = sum(
             # Expected outputs on the device (a device reference) or the host (a variable one).
-            int(np.count_nonzero(np.asarray(got).view(width) != _host(want).view(width)))
+            int(np.count_nonzero(np.asarray(got).view(width) != cupy.asnumpy(want).view(width)))
             for got, want in zip(baseline.outputs(), expected)
         )
         if wrong:
