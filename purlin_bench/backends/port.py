@@ -95,6 +95,27 @@ class Runner(Protocol):
         """Let go of what the runner holds (device tables, buffers)."""
 
 
+class StreamRunner(Runner, Protocol):
+    """A runner a caller orders on its own device stream, one rank of it per
+    process (purlin_bench.torch: a serving stack's stream and CUDA graphs).
+    What such a caller needs and no more: enqueue a call, and say whether an
+    earlier one failed, without a sync."""
+
+    def enqueue(self, stream: int, rank: int, src: int, dst: int, counts: int = 0, slot: int = 0) -> None:
+        """Enqueue one call of ``rank`` on the device stream whose handle is
+        ``stream``: copy ``rank``'s input from device address ``src`` into
+        its buffer, a variable program's counts (int64, one per chunk name)
+        from address ``counts``, run, copy its output to address ``dst``.
+        Capturable in a CUDA graph: nothing is allocated and nothing waits."""
+
+    def failure(self) -> str | None:
+        """What an earlier call recorded (a timeout, an abort), or None."""
+
+    def raise_counts_error(self) -> None:
+        """Raise CountsError for a count out of range an earlier call met,
+        and forget it (that call ran clamped; the runner goes on)."""
+
+
 class Reference(Protocol):
     """Expected outputs of one instance's exact inputs, where a runner of
     the same backend can compare with them."""
@@ -209,6 +230,11 @@ class Backend(ABC):
         (a CUDA launch failure, out of device memory) into ExecutionError, so
         a tune records the configuration as invalid and the CLI prints one line."""
         return nullcontext()
+
+    def faulted(self) -> bool:
+        """Whether a call of any runner of this process recorded a failure not
+        yet reset: one cheap read, asked before every stream-ordered call."""
+        return False
 
     def warm_up(self, dtype: str, redop: str | None) -> int:
         """Build ahead what a runner would build on first use; how many."""

@@ -43,18 +43,14 @@ def _torch():
 
 
 class _Prepared:
-    """One prepared collective: its runner and this rank's buffer addresses."""
+    """One prepared collective: its runner (a StreamRunner of the port) and
+    what a call of this rank checks before enqueueing it."""
 
-    def __init__(self, inst, runner, rank: int, itemsize: int):
-        self.inst, self.runner = inst, runner
-        self.in_count, self.out_count = inst.in_counts[rank], inst.out_counts[rank]
-        # Addresses taken now: a call under capture makes no CuPy objects.
-        self.in_ptr = int(runner.array(rank, "in", 0).data.ptr) if self.in_count else 0
-        self.out_ptr = int(runner.array(rank, "out", 0).data.ptr) if self.out_count else 0
-        self.in_bytes, self.out_bytes = self.in_count * itemsize, self.out_count * itemsize
-        # A variable collective's: where its kernel reads the call's counts, and how many.
+    def __init__(self, inst, runner, rank: int):
+        self.inst, self.runner, self.rank = inst, runner, rank
+        self.out_count = inst.out_counts[rank]
+        # A variable collective's counts a call takes (one per chunk name).
         self.ncounts = len(inst.count_keys)
-        self.counts_ptr = runner.counts_address(0) if self.ncounts else 0
 
 
 class Communicator:
@@ -88,7 +84,6 @@ class Communicator:
         self._specs: dict[str, Any] = {}
         self._closed = False
         self._failure: str | None = None  # set once a call failed: every later call raises it
-        self._streams: dict[int, Any] = {}  # torch stream handle -> its CuPy view
         cls = gpu_backend()  # before any rank waits on another: every rank fails alike here
         self.group, self._server = join_group(tdist, group, self.rank, self.size, self.timeout_s)
         try:
@@ -103,8 +98,8 @@ class Communicator:
             )
             self.backend = cls(self.size, None, 0, procs=procs)
             with self.backend.guard():
-                world = self.backend.world  # collective: every rank's device
-                self.gpus = world.gpus
+                # Collective: the backend's world exchanges every rank's device.
+                self.layout = self.backend.fingerprint().layout
                 self._configs = Configs(self.backend, self.size, plan_dir) if self.rank == 0 else None
         except BaseException:
             self.close()
@@ -334,34 +329,16 @@ class Communicator:
         program = MeasurementService(self.backend).program(inst, config, dtype, redop)
         with self.backend.guard():
             runner = self.backend.prepare(program, 1, **dict(config.exec_params))
-            prepared = _Prepared(inst, runner, self.rank, itemsize)
+            prepared = _Prepared(inst, runner, self.rank)
         self._prepared[ident] = prepared
         return prepared
 
     def _enqueue(self, p: _Prepared, x, out, stream, counts=None) -> None:
-        import cupy
-
-        rt = cupy.cuda.runtime
-        s = stream.cuda_stream
-        ext = self._streams.get(s)
-        if ext is None:  # one CuPy view a torch stream, not one a call
-            ext = self._streams[s] = cupy.cuda.ExternalStream(s, self.device)
-        # The input and output buffers are shared with the peers. Within a
-        # call the program's flags order every access: a peer touches my
-        # buffers only after my kernel's "ready" notify (after this copy-in,
-        # on my stream), and my kernel ends only once every peer that touched
-        # them has sent "done". So by the time the next call's copy-in runs
-        # on my stream (after this kernel), no peer reads my input or writes
-        # my output any more, and my copy-out below reads finished data.
         try:
-            with self.backend.guard(), cupy.cuda.Device(self.device):
-                if p.in_bytes:
-                    rt.memcpyAsync(p.in_ptr, x.data_ptr(), p.in_bytes, rt.memcpyDeviceToDevice, s)
-                if counts is not None:  # on the stream: a graph replays it with the tensor's counts then
-                    rt.memcpyAsync(p.counts_ptr, counts.data_ptr(), 8 * p.ncounts, rt.memcpyDeviceToDevice, s)
-                p.runner.launch(ext, 0)
-                if p.out_bytes:
-                    rt.memcpyAsync(out.data_ptr(), p.out_ptr, p.out_bytes, rt.memcpyDeviceToDevice, s)
+            with self.backend.guard():
+                p.runner.enqueue(
+                    stream.cuda_stream, p.rank, x.data_ptr(), out.data_ptr(), counts.data_ptr() if p.ncounts else 0
+                )
                 if self.debug and not self._torch.cuda.is_current_stream_capturing():
                     stream.synchronize()
                     self._raise_if_failed(scan=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import warnings
-from dataclasses import replace
 from typing import Any
 
 from purlin_bench.backends import AUTO_ORDER, backend_class
@@ -18,7 +17,6 @@ from purlin_bench.config import RunConfig
 from purlin_bench.dist import Group, StoreServer
 from purlin_bench.dist.env import store_over_torch
 from purlin_bench.errors import PurlinError
-from purlin_bench.hardware import procs_layout_slug
 from purlin_bench.measurement import MeasurementService
 from purlin_bench.planfile import ArtifactError, load_plan_file, plan_path
 from purlin_bench.plans import TunedCollective, default_results_dir
@@ -98,9 +96,8 @@ class Configs:
         self.backend = backend
         self.service = MeasurementService(backend)
         self.folder = plan_dir if plan_dir is not None else default_results_dir(backend.name)
-        gpus = backend.world.gpus
-        self.layout = procs_layout_slug(size, gpus)
-        self.here = replace(backend.fingerprint(), layout=self.layout)
+        self.here = backend.fingerprint()  # its layout is the processes' (procs_layout_slug)
+        self.layout = self.here.layout
         self.size = size
         self._tuned: dict[tuple[str, str], TunedCollective | None] = {}
 

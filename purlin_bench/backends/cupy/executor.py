@@ -36,7 +36,7 @@ from purlin_bench.backends.cupy.world import World
 from purlin_bench.config import Param
 from purlin_bench.dtypes import resolve_dtype
 from purlin_bench.errors import CallAborted, CountsError, ExecutionError, WatchdogTimeout
-from purlin_bench.program.model import FlagRef, Program
+from purlin_bench.program.model import FlagRef, Program, Ref
 
 DEFAULT_TIMEOUT_S = 5.0
 
@@ -150,6 +150,8 @@ class CupyRunner(RunnerBuffers):
             ]
         self.ce_streams = {}
         self._main_stream = None
+        # (stream, rank, slot) -> what enqueue made of it once: the stream view, addresses, bytes
+        self._stream_calls: dict[tuple[int, int, int], tuple] = {}
         # A variable program's counts, per buffer set: on the host (what the
         # reference checks against) and per launch device (what the kernel
         # reads; a Communicator fills them on its stream, from device counts).
@@ -290,6 +292,46 @@ class CupyRunner(RunnerBuffers):
                 joins.append(ev)
         for ev in joins:
             stream.wait_event(ev)
+
+    def enqueue(self, stream: int, rank: int, src: int, dst: int, counts: int = 0, slot: int = 0) -> None:
+        """StreamRunner.enqueue: copy in, counts, launch, copy out, all on ``stream``.
+
+        Within a call the program's flags order every access to the shared
+        buffers: a peer touches this rank's buffers only after its "ready"
+        notify (after the copy-in, on this stream), and the kernel ends only
+        once every peer that touched them sent "done". So the next call's
+        copy-in (after this kernel) races no peer, and the copy-out reads
+        finished data. The stream's CuPy view and the addresses are made
+        once per (stream, rank, slot): a call makes no CuPy object."""
+        import cupy
+
+        call = self._stream_calls.get((stream, rank, slot))
+        if call is None:
+            call = self._stream_calls[(stream, rank, slot)] = self._stream_call(stream, rank, slot)
+        view, device, in_ptr, in_bytes, out_ptr, out_bytes, counts_ptr, counts_bytes = call
+        if counts_bytes and not counts:
+            raise ExecutionError(f"{self.program.collective} takes its counts per call: none were given")
+        rt = cupy.cuda.runtime
+        with cupy.cuda.Device(device):
+            if in_bytes:
+                rt.memcpyAsync(in_ptr, src, in_bytes, rt.memcpyDeviceToDevice, stream)
+            if counts_bytes:  # on the stream: a graph replays it with the counts of each replay
+                rt.memcpyAsync(counts_ptr, counts, counts_bytes, rt.memcpyDeviceToDevice, stream)
+            self.launch(view, slot)
+            if out_bytes:
+                rt.memcpyAsync(dst, out_ptr, out_bytes, rt.memcpyDeviceToDevice, stream)
+
+    def _stream_call(self, stream: int, rank: int, slot: int) -> tuple:
+        import cupy
+
+        device = self.world.devices[rank]
+        n_in, n_out = self.program.in_counts[rank], self.program.out_counts[rank]
+        in_ptr = self._address(Ref(rank, "in", 0, 0), slot) if n_in else 0
+        out_ptr = self._address(Ref(rank, "out", 0, 0), slot) if n_out else 0
+        counts_bytes = 8 * len(self.program.count_names) if self.program.variable else 0
+        counts_ptr = self.counts_address(slot) if counts_bytes else 0
+        view = cupy.cuda.ExternalStream(stream, device)
+        return view, device, in_ptr, n_in * self.itemsize, out_ptr, n_out * self.itemsize, counts_ptr, counts_bytes
 
     def main_stream(self):
         import cupy
