@@ -10,10 +10,10 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    # `purlin_bench.load_plan` without importing the planner and NumPy on every
+    # `purlin_bench.load_plan` without importing the strategies and NumPy on every
     # `import purlin_bench` (the CLI imports the package first thing).
     if name == "load_plan":
-        from purlin_bench.plans import load_plan
+        from purlin_bench.plans.load import load_plan
 
         return load_plan
     raise AttributeError(f"module 'purlin_bench' has no attribute '{name}'")

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import CountsError
+from purlin_bench.base.dtypes import resolve_dtype
+from purlin_bench.base.errors import CountsError
 from purlin_bench.spec.instance import instantiate
 from purlin_bench.spec.loader import resolve
 from purlin_bench.spec.variable import DISTRIBUTIONS, draw_counts, expected_outputs

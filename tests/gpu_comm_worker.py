@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.spec.loader import resolve
 from purlin_bench.torch import Communicator
 from purlin_bench.torch._setup import count_for

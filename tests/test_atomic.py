@@ -8,9 +8,9 @@ import stat
 
 import pytest
 
-from purlin_bench import textfile as atomic  # the writer write_text_atomic delegates to
-from purlin_bench.atomic import WriteError, write_text_atomic
-from purlin_bench.errors import PurlinError
+from purlin_bench.base import textfile as atomic  # the writer write_text_atomic delegates to
+from purlin_bench.base.atomic import WriteError, write_text_atomic
+from purlin_bench.base.errors import PurlinError
 
 
 def test_writes_and_replaces(tmp_path):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from purlin_bench.backends.cupy.atoms import DTYPE_CODES, REDOP_CODES, compile_options
-from purlin_bench.resources import data_dir
+from purlin_bench.base.resources import data_dir
 from tests.nvcc_build import assert_builds_without_spills
 
 pytestmark = pytest.mark.nvcc

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from purlin_bench import inputs
-from purlin_bench.inputs import exact_inputs
+from purlin_bench.base import inputs
+from purlin_bench.base.inputs import exact_inputs
 
 
 def test_values_are_small_exact_integers():

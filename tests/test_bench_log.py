@@ -11,7 +11,7 @@ from rich.console import Console
 
 from purlin_bench.backends.numpy import NumpyBackend
 from purlin_bench.backends.port import TimingPolicy
-from purlin_bench.bench.measure import Measurer
+from purlin_bench.tools.bench.measure import Measurer
 from purlin_bench.cli import common
 from purlin_bench.cli.main import run
 

@@ -11,8 +11,8 @@ import pytest
 from purlin_bench.backends.numpy import NumpyBackend
 from purlin_bench.backends.numpy.blocks import BlockSplitRunner, block_model, owners
 from purlin_bench.backends.numpy.executor import NumpyRunner
-from purlin_bench.errors import PurlinError
-from purlin_bench.planner import plan
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.model import Consume, Ref, Stage
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 from purlin_bench.strategies import STRATEGIES
@@ -55,7 +55,7 @@ def test_every_builtin_and_strategy_is_exact_split_over_blocks(spec):
         for strategy in STRATEGIES:
             for inplace in (False, True):
                 try:
-                    program = plan(inst, strategy, "float32", redop, {"channels": 2}, inplace)
+                    program = derive_program(inst, strategy, "float32", redop, {"channels": 2}, inplace)
                 except PurlinError:
                     continue  # the strategy or in-place does not apply
                 runner = BlockSplitRunner(program, seed=ranks, blocks=blocks, threads=threads)
@@ -96,7 +96,7 @@ class _CountedOnce(BlockSplitRunner):
 def test_a_flag_counted_once_for_many_blocks_is_caught():
     spec = load_builtin("all-reduce")
     inst = instantiate(spec, 4, 1001, 4, 0)
-    program = plan(inst, "push", "float32", "sum", {"channels": 1}, False)
+    program = derive_program(inst, "push", "float32", "sum", {"channels": 1}, False)
     assert all(_exact(BlockSplitRunner(program, seed=s, blocks=3, threads=2), inst, "sum", s) for s in range(5))
     assert not all(_exact(_CountedOnce(program, seed=s, blocks=3, threads=2), inst, "sum", s) for s in range(20))
 
@@ -106,5 +106,5 @@ def test_the_backend_takes_the_mode_from_the_environment(monkeypatch):
     backend = NumpyBackend(2)
     assert "each list split over 3 blocks of 4 threads" in backend.describe()
     inst = instantiate(load_builtin("all-gather"), 2, 9, 4, 0)
-    runner = backend.prepare(plan(inst, "direct", "float32", None, {}, False))
+    runner = backend.prepare(derive_program(inst, "direct", "float32", None, {}, False))
     assert isinstance(runner, BlockSplitRunner) and (runner.blocks, runner.threads) == (3, 4)

@@ -5,9 +5,9 @@ not an error, and the other combinations still run."""
 from __future__ import annotations
 
 from purlin_bench.backends.fake import FakeBackend
-from purlin_bench.cli import check_matrix as m
-from purlin_bench.errors import CapacityError
-from purlin_bench.measurement import MeasurementService
+from purlin_bench.tools import check as m
+from purlin_bench.base.errors import CapacityError
+from purlin_bench.measure.service import MeasurementService
 from purlin_bench.spec import load_builtin
 
 

@@ -9,9 +9,9 @@ import textwrap
 
 import pytest
 
-from purlin_bench.cli import check_matrix as m
+from purlin_bench.tools import check as m
 from purlin_bench.cli.main import run
-from purlin_bench.errors import SpecError
+from purlin_bench.base.errors import SpecError
 from purlin_bench.spec import instantiate, load_spec_file
 
 # The output index divides by R - 9: fine for R = 1..8 (so it loads), broken at 9.

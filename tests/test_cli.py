@@ -11,7 +11,7 @@ import pytest
 
 from purlin_bench.cli.main import run
 from purlin_bench.backends.numpy.executor import NumpyRunner
-from purlin_bench.planner import plan
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.model import Program
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.spec.loader import builtin_spec_paths
@@ -101,7 +101,7 @@ def test_bad_input_is_one_line_and_nonzero(capsys, bad_yaml, bad_template, args,
 def test_check_takes_the_kernel_its_backend_offers_and_refuses_others():
     from purlin_bench.backends.cupy import CupyBackend
     from purlin_bench.cli.cmd_check import _datapath
-    from purlin_bench.errors import PurlinError
+    from purlin_bench.base.errors import PurlinError
 
     assert _datapath(CupyBackend, {"kernel": "compiled"}) == {"kernel": "compiled"}
     assert _datapath(CupyBackend, {"kernel": None}) == {}
@@ -178,7 +178,7 @@ def test_show_json_is_the_program(capsys):
     assert code == 0
     shown = Program.from_dict(json.loads(out))
     inst = instantiate(load_builtin("reduce"), 5, 100, 4, 2)
-    assert shown == plan(inst, "ring", "float32", params={"slice_bytes": 64, "channels": 2})
+    assert shown == derive_program(inst, "ring", "float32", params={"slice_bytes": 64, "channels": 2})
     # the shared size grammar: a unit and a fraction that is whole bytes read the same
     code, again, _ = purlin(capsys, "show", "reduce", "--ranks", "5", "--strategy", "ring", "--root", "2", "--count", "100", "--slice-bytes", "0.0625KiB", "--channels", "2", "--json")
     assert code == 0 and again == out
@@ -218,7 +218,7 @@ def test_check_without_a_terminal_says_how_far_it_got_and_times_each_row(capsys,
 
 def test_a_baseline_the_layout_refuses_is_left_out_with_a_note(capsys):
     from purlin_bench.cli.cmd_bench import _baselines
-    from purlin_bench.errors import PurlinError
+    from purlin_bench.base.errors import PurlinError
 
     refused = {"nccl": "NCCL refuses two ranks on one GPU"}
     assert _baselines("nccl,default", (), refused) == ("default",)

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from purlin_bench.check import check_program
-from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.measure.compare import check_program
+from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.backends.numpy.executor import NumpyRunner
-from purlin_bench.planner import plan
-from purlin_bench.plans import load_plan
+from purlin_bench.strategies.derive import derive_program
+from purlin_bench.plans.load import load_plan
 from purlin_bench.spec import instantiate, load_builtin
-from purlin_bench.planfile import load_plan_file
+from purlin_bench.plans import load_plan_file
 from purlin_bench.strategies import STRATEGIES
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
@@ -57,7 +57,7 @@ def test_every_tuned_configuration_is_correct(path):
     for entry in artifact.entries:
         config = entry.config
         assert config.strategy in STRATEGIES
-        program = plan(inst, config.strategy, artifact.dtype, params=dict(config.plan_params))
+        program = derive_program(inst, config.strategy, artifact.dtype, params=dict(config.plan_params))
         result = check_program(inst, program, NumpyRunner(program))
         assert result.wrong == 0, f"{path.name} bucket {entry.min_bytes}: {config.text()}: {result}"
 

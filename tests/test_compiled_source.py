@@ -13,9 +13,9 @@ from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.atoms import DTYPE_CODES
 from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, BaseLayout, build_weight, generate, options_of
 from purlin_bench.backends.cupy.lower import flag_id, lower
-from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import CapacityError, PlanError
-from purlin_bench.planner import plan
+from purlin_bench.base.dtypes import resolve_dtype
+from purlin_bench.base.errors import CapacityError, ProgramError
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.strategies import STRATEGIES
 from purlin_bench.backends.cupy.atoms import source_text
@@ -38,7 +38,7 @@ def sample() -> list[tuple[str, str, int, str]]:
 def program_of(collective: str, strategy: str, ranks: int, dtype: str, count: int = 1001, inplace: bool = False):
     spec = load_builtin(collective)
     inst = instantiate(spec, ranks, count, resolve_dtype(dtype)[1].itemsize, ranks - 1 if spec.rooted else 0)
-    return plan(inst, strategy, dtype, "sum" if inst.op == "reduce" else None, {}, inplace)
+    return derive_program(inst, strategy, dtype, "sum" if inst.op == "reduce" else None, {}, inplace)
 
 
 @pytest.mark.parametrize(("collective", "strategy", "ranks", "dtype"), sample())
@@ -74,10 +74,10 @@ def test_the_same_program_generates_the_same_source_and_another_program_another(
 def test_a_program_past_the_op_bound_is_refused_with_the_way_out():
     # A ring of 16 KiB slices over 4 MiB: thousands of ops.
     spec = load_builtin("all-reduce")
-    program = plan(instantiate(spec, 8, 1 << 20, 4), "ring", "float32", "sum", {"slice_bytes": 16384}, False)
+    program = derive_program(instantiate(spec, 8, 1 << 20, 4), "ring", "float32", "sum", {"slice_bytes": 16384}, False)
     low = lower(program, list(range(8)), True, "sm", flag_id)
     assert build_weight(low) > MAX_BUILD_WEIGHT
-    with pytest.raises(PlanError, match="kernel=interpreted"):
+    with pytest.raises(ProgramError, match="kernel=interpreted"):
         generate(low, 8, 2, source_text(), BaseLayout.of(program, 4))
 
 
@@ -105,8 +105,8 @@ def test_nvcc_builds_every_compiled_default_without_spills(tmp_path):
     unroll 4) and at 1 MiB (compiled, 512 threads), at the most ranks it is
     chosen for, every collective and dtype."""
     from purlin_bench.backends.cupy import COMPILED_MAX_RANKS, COMPILED_SMALL_BYTES
-    from purlin_bench.bench.run import instances
-    from purlin_bench.measurement import MeasurementService
+    from purlin_bench.tools.bench.run import instances
+    from purlin_bench.measure.service import MeasurementService
 
     ranks = COMPILED_MAX_RANKS
     service = MeasurementService(CupyBackend(ranks))
@@ -114,7 +114,7 @@ def test_nvcc_builds_every_compiled_default_without_spills(tmp_path):
         ((_, inst, _),) = instances(load_builtin(collective), [nbytes], ranks, dtype, 0)
         config = service.default_config(inst)
         assert dict(config.exec_params)["kernel"] == "compiled"
-        program = plan(inst, config.strategy, dtype, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
+        program = derive_program(inst, config.strategy, dtype, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
         source = CupyBackend(ranks).source(program, **dict(config.exec_params))
         _nvcc_builds_without_spills(source, f"{collective} default {config.text()} {dtype}", "sm_90", tmp_path)
 
@@ -258,13 +258,13 @@ def test_the_build_bound_weighs_operands_not_only_ops():
     # 256 reductions of 8 sources each took nvcc a minute (2026-12-04), where
     # 240 ring ops of one or two slices took 9 s: the first is refused.
     def weight(name, strategy, count, params):
-        program = plan(instantiate(load_builtin(name), 8, count, 4), strategy, "float32", "sum", params, False)
+        program = derive_program(instantiate(load_builtin(name), 8, count, 4), strategy, "float32", "sum", params, False)
         return build_weight(lower(program, list(range(8)), True, "sm", flag_id))
 
     heavy = weight("reduce-scatter", "two-shot", 1024, {"channels": 4})
     light = weight("all-reduce", "ring", 262144, {"slice_bytes": 65536})
     assert light <= MAX_BUILD_WEIGHT < heavy
-    program = plan(instantiate(load_builtin("reduce-scatter"), 8, 1024, 4), "two-shot", "float32", "sum", {"channels": 4}, False)
+    program = derive_program(instantiate(load_builtin("reduce-scatter"), 8, 1024, 4), "two-shot", "float32", "sum", {"channels": 4}, False)
     low = lower(program, list(range(8)), True, "sm", flag_id)
     assert len(low.ops) == 256  # within the old bound of ops alone
     with pytest.raises(CapacityError, match="too large for one compiled launch"):

@@ -37,11 +37,11 @@ import pytest
 from purlin_bench import baselines
 from purlin_bench.backends import backend_class, make, names
 from purlin_bench.backends.port import TimingPolicy, unsupported
-from purlin_bench.dtypes import count_wrong, resolve_dtype
-from purlin_bench.errors import PlanError, PurlinError
-from purlin_bench.inputs import exact_inputs
-from purlin_bench.measurement import MeasurementService
-from purlin_bench.planner import plan
+from purlin_bench.base.dtypes import count_wrong, resolve_dtype
+from purlin_bench.base.errors import ProgramError, PurlinError
+from purlin_bench.base.inputs import exact_inputs
+from purlin_bench.measure.service import MeasurementService
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import resolve
 from purlin_bench.spec.variable import draw_counts, expected_outputs
@@ -106,7 +106,7 @@ def _in_processes(name: str):
     def open_(monkeypatch, tmp_path):
         from purlin_bench.backends import procs as procs_mod
         from purlin_bench.backends.procs import Procs
-        from purlin_bench.dist import Group, Store, StoreServer, channel
+        from purlin_bench.procs import Group, Store, StoreServer, channel
 
         cls = backend_class(name)
         if cls.available() is not None:
@@ -178,7 +178,7 @@ def _instance(backend, case: Case) -> Instance:
 def _program(backend, case: Case):
     inst = _instance(backend, case)
     config = MeasurementService(backend).default_config(inst)
-    program = plan(inst, config.strategy, case.dtype, case.redop, dict(config.plan_params), False)
+    program = derive_program(inst, config.strategy, case.dtype, case.redop, dict(config.plan_params), False)
     return inst, program, dict(config.exec_params)
 
 
@@ -250,7 +250,7 @@ def test_candidates_are_timed_beside_every_baseline_offered_and_close_is_idempot
 
 def test_an_unknown_datapath_parameter_is_refused_naming_it(site):
     _, program, _ = _program(site, CASES[0])
-    with pytest.raises(PlanError, match="no_such_knob"):
+    with pytest.raises(ProgramError, match="no_such_knob"):
         site.prepare(program, 1, no_such_knob=3)
 
 

@@ -6,10 +6,10 @@ import re
 
 import pytest
 
-from purlin_bench.errors import ExecutionError
+from purlin_bench.base.errors import ExecutionError
 from purlin_bench.backends.cupy.lower import MAX_SRC, OP_COPY, OP_DTYPE, OP_REDUCE, lower
-from purlin_bench.planner import plan
-from purlin_bench.resources import data_dir
+from purlin_bench.strategies.derive import derive_program
+from purlin_bench.base.resources import data_dir
 from purlin_bench.spec import instantiate, load_builtin
 
 
@@ -18,7 +18,7 @@ def _addr(flag):
 
 
 def _program(name, strategy, ranks=8, count=4096, **params):
-    return plan(instantiate(load_builtin(name), ranks, count, 4), strategy, "float32", params=params)
+    return derive_program(instantiate(load_builtin(name), ranks, count, 4), strategy, "float32", params=params)
 
 
 def test_op_struct_matches_the_cuda_source():

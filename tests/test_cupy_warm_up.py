@@ -42,7 +42,7 @@ def test_kernel_settings_become_the_builds_defines(monkeypatch):
 
 def test_jitter_comes_from_the_environment_checked():
     from purlin_bench.backends.cupy.executor import KernelSettings
-    from purlin_bench.errors import PurlinError
+    from purlin_bench.base.errors import PurlinError
 
     assert KernelSettings.from_environ({}) == KernelSettings()
     assert KernelSettings.from_environ({"PURLIN_JITTER": "500", "PURLIN_JITTER_SEED": "3"}) == KernelSettings(jitter_ns=500, jitter_seed=3)

@@ -1,4 +1,4 @@
-"""purlin_bench.dist: the store, its token, and bounded collectives across
+"""purlin_bench.procs: the store, its token, and bounded collectives across
 real processes (the launcher, shared memory and the rank environment:
 tests/test_dist_launch.py, which runs this file's child program)."""
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from purlin_bench.dist import (
+from purlin_bench.procs import (
     DistError,
     Group,
     PeerTimeout,
@@ -29,7 +29,7 @@ from purlin_bench.dist import (
 # One program for every rank of every scenario: argv is scenario, timeout, out folder.
 CHILD = r"""
 import json, os, signal, sys, time
-from purlin_bench.dist import env as denv, errors, shm, Segment
+from purlin_bench.procs import env as denv, errors, shm, Segment
 
 scenario, timeout, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 e = denv.from_environ()
@@ -238,7 +238,7 @@ def test_garbage_peers_are_dropped_without_breaking_the_server():
 def test_a_flood_of_silent_connections_never_cuts_off_a_rank_and_a_joiner_gets_in_once_it_ebbs():
     import threading
 
-    from purlin_bench.dist.store import MAX_PENDING
+    from purlin_bench.procs.store import MAX_PENDING
 
     tok = token()
     with StoreServer(tok) as server, Store(*server.address, tok) as good:
@@ -388,7 +388,7 @@ def test_a_cancelled_scope_stops_waits_in_it_and_the_next_scope_lines_up_again()
     call the failed rank skipped does not shift them."""
     import threading
 
-    from purlin_bench.dist import Cancelled
+    from purlin_bench.procs import Cancelled
 
     tok = b"s" * 32
     with StoreServer(tok) as server:

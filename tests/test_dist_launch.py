@@ -1,5 +1,5 @@
 """The launcher, private shared memory, and what a rank reads from its
-environment (purlin_bench.dist): real processes, no GPU. The store and the
+environment (purlin_bench.procs): real processes, no GPU. The store and the
 group are tests/test_dist.py's; this file shares its child program."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from purlin_bench.dist import (
+from purlin_bench.procs import (
     DistError,
     RankEnv,
     Segment,
@@ -30,7 +30,7 @@ from purlin_bench.dist import (
     run_dirs,
     sweep_stale,
 )
-from purlin_bench.dist.shm import remove_run_dir
+from purlin_bench.procs.shm import remove_run_dir
 from tests.test_dist import CHILD, gone, result, token
 
 
@@ -40,7 +40,7 @@ from tests.test_dist import CHILD, gone, result, token
 SHM_CHILD = r"""
 import sys
 from pathlib import Path
-from purlin_bench.dist import Segment
+from purlin_bench.procs import Segment
 seg = Segment.open(Path(sys.argv[1]), "buf", 16)
 assert bytes(seg.buffer[:4]) == b"ping"
 seg.buffer[4:8] = b"pong"
@@ -175,7 +175,7 @@ def test_launch_terminates_ranks_that_outstay_the_grace(tmp_path, capfd):
 
 LAUNCHER = r"""
 import sys
-from purlin_bench.dist import launch
+from purlin_bench.procs import launch
 sys.exit(launch(sys.argv[1:], 2))
 """
 
@@ -282,7 +282,7 @@ def test_torchrun_rank_0_serves_the_store_and_its_group_closes_it(monkeypatch):
     torch.distributed = fake
     monkeypatch.setitem(sys.modules, "torch", torch)
     monkeypatch.setitem(sys.modules, "torch.distributed", fake)
-    from purlin_bench.dist import env as denv
+    from purlin_bench.procs import env as denv
 
     group = connect(from_environ({"RANK": "0", "WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "job7"}), 5)
     assert calls == ["gloo", (3, 0)] and group.run == "job7"

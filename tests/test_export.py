@@ -15,10 +15,10 @@ from typing import Any
 import jsonschema
 import pytest
 
-from purlin_bench.config import RunConfig
-from purlin_bench.export import ExportError, formats, render
+from purlin_bench.base.config import RunConfig
+from purlin_bench.tools.export import ExportError, formats, render
 from purlin_bench.backends import detect
-from purlin_bench.planfile import ArtifactError, PlanArtifact, PlanEntry, SweepRef, parse_plan
+from purlin_bench.plans import ArtifactError, PlanArtifact, PlanEntry, SweepRef, parse_plan
 
 SCHEMA = json.loads((Path(__file__).resolve().parent.parent / "docs" / "plan.schema.json").read_text())
 

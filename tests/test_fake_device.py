@@ -12,15 +12,15 @@ import pytest
 
 from purlin_bench.backends.fake import FakeBackend, FakeDevice
 from purlin_bench.backends.port import TimingPolicy
-from purlin_bench.bench.measure import BenchOptions, Measurer
+from purlin_bench.tools.bench.measure import BenchOptions, Measurer
 from purlin_bench.cli.main import run
-from purlin_bench.config import RunConfig
-from purlin_bench.measurement import MeasurementService
-from purlin_bench.planfile import load_plan_file
+from purlin_bench.base.config import RunConfig
+from purlin_bench.measure.service import MeasurementService
+from purlin_bench.plans import load_plan_file
 from purlin_bench.spec import instantiate, load_builtin
-from purlin_bench.tune.measure import ServiceBench
-from purlin_bench.tune.storage import open_storage
-from purlin_bench.tune.sweep import Bucket
+from purlin_bench.tools.tune.measure import ServiceBench
+from purlin_bench.tools.tune.storage import open_storage
+from purlin_bench.tools.tune.sweep import Bucket
 
 SWEEP = """\
 name: fake
@@ -128,13 +128,13 @@ def test_plan_against_the_default_side_by_side(capsys, tmp_path):
 
 
 def test_fake_device_bad_parameters_are_refused_like_a_real_one():
-    from purlin_bench.errors import PlanError
+    from purlin_bench.base.errors import ProgramError
 
     s = service()
     inst = instantiate(load_builtin("all-reduce"), 4, 64, 4)
-    with pytest.raises(PlanError, match="unknown datapath parameter"):
+    with pytest.raises(ProgramError, match="unknown datapath parameter"):
         s.prepare(inst, RunConfig.make("direct", {}, {"unroll": 4}), "float32")
-    with pytest.raises(PlanError, match="blocks must be in"):
+    with pytest.raises(ProgramError, match="blocks must be in"):
         s.prepare(inst, RunConfig.make("direct", {}, {"blocks": 99}), "float32")
 
 

@@ -14,9 +14,9 @@ import pytest
 
 from purlin_bench.backends import backend_class
 from purlin_bench.backends.port import unsupported
-from purlin_bench.dtypes import DTYPES, accumulate, resolve_dtype
-from purlin_bench.inputs import exact_inputs
-from purlin_bench.planner import plan
+from purlin_bench.base.dtypes import DTYPES, accumulate, resolve_dtype
+from purlin_bench.base.inputs import exact_inputs
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_builtin
 from tests.test_cli import purlin
 
@@ -63,6 +63,6 @@ def test_every_collective_is_exact_in_fp8_on_the_cpu(capsys):
 
 
 def test_a_backend_that_does_not_move_fp8_says_so():
-    program = plan(instantiate(load_builtin("all-gather"), 2, 8, 1), "direct", "float8_e5m2")
+    program = derive_program(instantiate(load_builtin("all-gather"), 2, 8, 1), "direct", "float8_e5m2")
     assert "does not move float8_e5m2 yet" in unsupported(backend_class("cupy"), program)
     assert unsupported(backend_class("numpy"), program) is None

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from purlin_bench.dist.mps import PrivateMps
-from purlin_bench.errors import PurlinError
+from purlin_bench.procs.mps import PrivateMps
+from purlin_bench.base.errors import PurlinError
 
 ROOT = Path(__file__).resolve().parent.parent
 

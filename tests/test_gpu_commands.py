@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from purlin_bench.cli.main import run
-from purlin_bench.plans import load_plan
+from purlin_bench.plans.load import load_plan
 from purlin_bench.spec import instantiate, load_builtin
 
 pytestmark = pytest.mark.gpu

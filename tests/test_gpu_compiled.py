@@ -9,9 +9,9 @@ import pytest
 
 from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
 from purlin_bench.backends.cupy.lower import flag_id, lower
-from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import CapacityError
-from purlin_bench.planner import plan
+from purlin_bench.base.dtypes import resolve_dtype
+from purlin_bench.base.errors import CapacityError
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 from purlin_bench.strategies import STRATEGIES
 from tests.test_gpu_executor import PerRanks, _check as _check_any, assert_watchdog_names_the_starved_wait, ring_without_its_last_notify
@@ -30,7 +30,7 @@ def _check(executor, spec, ranks, count, dtype, strategy, root=0, inplace=False,
     before any build. Split launches are lowered as the runner lowers them."""
     _, np_dtype = resolve_dtype(dtype)
     inst = instantiate(spec, ranks, count, np_dtype.itemsize, root)
-    program = plan(inst, strategy, dtype, redop, params or {}, inplace)
+    program = derive_program(inst, strategy, dtype, redop, params or {}, inplace)
     split = bool(executor.options.get("split_launches"))
     launches = [[r] for r in range(ranks)] if split else [list(range(ranks))]
     if max(build_weight(lower(program, held, not split, "sm", flag_id)) for held in launches) <= MAX_BUILD_WEIGHT:
@@ -104,8 +104,8 @@ def test_a_missing_notify_is_a_watchdog_naming_rank_step_and_flag():
 def test_graph_replays_and_compile_time_are_recorded():
     from purlin_bench.backends.cupy import CupyBackend
     from purlin_bench.backends.port import TimingPolicy
-    from purlin_bench.config import RunConfig
-    from purlin_bench.measurement import MeasurementService
+    from purlin_bench.base.config import RunConfig
+    from purlin_bench.measure.service import MeasurementService
     from purlin_bench.spec import instantiate
 
     service = MeasurementService(CupyBackend(8, timeout_s=5.0))

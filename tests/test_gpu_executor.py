@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from purlin_bench.backends.port import run_once
-from purlin_bench.config import RunConfig
-from purlin_bench.check import check_program, compare
-from purlin_bench.dtypes import random_inputs, resolve_dtype
-from purlin_bench.errors import ExecutionError, WatchdogTimeout
-from purlin_bench.planner import plan
+from purlin_bench.base.config import RunConfig
+from purlin_bench.measure.compare import check_program, compare
+from purlin_bench.base.dtypes import random_inputs, resolve_dtype
+from purlin_bench.base.errors import ExecutionError, WatchdogTimeout
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.model import Notify
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 from purlin_bench.strategies import STRATEGIES
@@ -47,7 +47,7 @@ def executor():
 def _check(executor, spec, ranks, count, dtype, strategy, root=0, inplace=False, redop=None, params=None, exec_params=None):
     _, np_dtype = resolve_dtype(dtype)
     inst = instantiate(spec, ranks, count, np_dtype.itemsize, root)
-    program = plan(inst, strategy, dtype, redop, params or {}, inplace)
+    program = derive_program(inst, strategy, dtype, redop, params or {}, inplace)
     runner = executor.prepare(program, **(exec_params or {}))
     result = check_program(inst, program, runner, seed=count + ranks, calls=2)
     assert result.wrong == 0, f"{spec.name} R={ranks} count={count} {dtype} {strategy} root={root} inplace={inplace}: {result}"
@@ -82,7 +82,7 @@ def test_large_counts(executor):
     """64 Mi elements per rank, the upper end of the required range: exact
     inputs checked on the device (a host reference over GiBs takes minutes)."""
     from purlin_bench.backends.cupy import CupyBackend
-    from purlin_bench.measurement import MeasurementService
+    from purlin_bench.measure.service import MeasurementService
 
     service = MeasurementService(CupyBackend(8, timeout_s=5.0))
     big = 64 * 1024 * 1024
@@ -133,7 +133,7 @@ def test_graph_replays_stay_correct(executor):
     spec = load_builtin("all-reduce")
     inst = instantiate(spec, 8, 4096 + 7, 4)
     for strategy in ("push", "ring"):
-        program = plan(inst, strategy, "float32")
+        program = derive_program(inst, strategy, "float32")
         runner = executor.prepare(program)
         stream = runner.main_stream()
         with cupy.cuda.Device(0):
@@ -160,10 +160,10 @@ def test_a_runner_keeps_its_buffers_when_a_later_one_needs_them_larger():
 
     executor = PerRanks(timeout_s=5.0)
     inst = instantiate(load_builtin("all-reduce"), 4, 4096, 4)
-    ring = executor.prepare(plan(inst, "ring", "float32"))
+    ring = executor.prepare(derive_program(inst, "ring", "float32"))
     scratch = ring.array(0, "scratch")
-    executor.prepare(plan(inst, "push", "float32"))
-    assert ring.program.scratch_count < plan(inst, "push", "float32").scratch_count
+    executor.prepare(derive_program(inst, "push", "float32"))
+    assert ring.program.scratch_count < derive_program(inst, "push", "float32").scratch_count
     with cupy.cuda.Device(0):
         bystander = cupy.full(scratch.size, 7, dtype=cupy.float32)
     result = check_program(inst, ring.program, ring, seed=3, calls=2)
@@ -176,7 +176,7 @@ def ring_without_its_last_notify():
     that hop's consumer starves. The good program, the broken one, the
     dropped notify, and (rank, channel, step) of the wait that starves."""
     inst = instantiate(load_builtin("all-gather"), 4, 10000, 4)
-    program = plan(inst, "ring", "float32")
+    program = derive_program(inst, "ring", "float32")
     lists = [[list(steps) for steps in chans] for chans in program.lists]
     final_waits = {s.waits[0]: (r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if getattr(s, "op", None) == "wait" and len(s.waits) == 1}
     rank, channel, index = next((r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if isinstance(s, Notify) and s.role == "data" and s.flag in final_waits)
@@ -209,7 +209,7 @@ def test_missing_notify_times_out_and_names_the_wait(executor):
 
 def test_launch_that_cannot_be_coresident_is_refused(executor):
     inst = instantiate(load_builtin("all-reduce"), 8, 1 << 20, 4)
-    program = plan(inst, "direct", "float32", params={"channels": 16})
+    program = derive_program(inst, "direct", "float32", params={"channels": 16})
     with pytest.raises(ExecutionError, match="could deadlock"):
         executor.prepare(program, blocks=32, threads=512)
 
@@ -217,16 +217,16 @@ def test_launch_that_cannot_be_coresident_is_refused(executor):
 def test_blocks_are_a_ceiling_set_by_what_the_data_can_use(executor):
     spec = load_builtin("all-reduce")
     small = instantiate(spec, 8, 1024, 4)  # two-shot: 128 floats (32 vectors) per op
-    program = plan(small, "two-shot", "float32")
+    program = derive_program(small, "two-shot", "float32")
     runner = executor.prepare(program, blocks=32, threads=256)
     assert runner.blocks == 1 and runner.launches[0].grid == 8
     assert check_program(small, program, runner, seed=1, calls=2).wrong == 0
     # 2,048 floats per op (8 sources, 8 destinations): one block has a vector
     # per thread, but the automatic count (bytes read and written / 8 KiB,
     # at most what fits: 16 on a 132-SM H200) stays allowed
-    mid = plan(instantiate(spec, 8, 1 << 14, 4), "two-shot", "float32")
+    mid = derive_program(instantiate(spec, 8, 1 << 14, 4), "two-shot", "float32")
     auto = executor.prepare(mid).blocks
     assert 4 < auto < 32
     assert executor.prepare(mid, blocks=32).blocks == auto and executor.prepare(mid, blocks=4).blocks == 4
     large = instantiate(spec, 8, 1 << 20, 4)
-    assert executor.prepare(plan(large, "two-shot", "float32"), blocks=32, threads=256).blocks == 32
+    assert executor.prepare(derive_program(large, "two-shot", "float32"), blocks=32, threads=256).blocks == 32

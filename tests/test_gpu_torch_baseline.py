@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.inputs import exact_inputs
+from purlin_bench.base.dtypes import resolve_dtype
+from purlin_bench.base.inputs import exact_inputs
 from purlin_bench.spec import instantiate
 from tests.test_torch_baseline_plan import SPECS  # the built-ins and the ring-shift example
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from purlin_bench.check import count_wrong
-from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.inputs import exact_inputs
-from purlin_bench.errors import CountsError
-from purlin_bench.planner import plan
+from purlin_bench.measure.compare import count_wrong
+from purlin_bench.base.dtypes import resolve_dtype
+from purlin_bench.base.inputs import exact_inputs
+from purlin_bench.base.errors import CountsError
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.spec.variable import DISTRIBUTIONS, draw_counts, expected_outputs
 from purlin_bench.strategies import STRATEGIES
@@ -40,7 +40,7 @@ def _setup(backends, name, ranks, cap, dtype, strategy, **params):
     _, np_dtype = resolve_dtype(dtype)
     inst = instantiate(load_builtin(name), ranks, cap, np_dtype.itemsize)
     redop = "sum" if inst.op == "reduce" else None
-    program = plan(inst, strategy, dtype, redop)
+    program = derive_program(inst, strategy, dtype, redop)
     runner = backends(ranks).prepare(program, sets=2, **params)
     # Exact small integers: sums in any order are the reference's, bit for bit.
     inputs = exact_inputs(program.in_counts, np_dtype, program.redop, ranks)

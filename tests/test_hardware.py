@@ -8,10 +8,10 @@ import types
 
 import pytest
 
-import purlin_bench.hardware as hardware
-from purlin_bench.errors import PurlinError
+import purlin_bench.base.hardware as hardware
+from purlin_bench.base.errors import PurlinError
 from purlin_bench.backends import detect
-from purlin_bench.hardware import Fingerprint, gpu_type_slug, layout_slug
+from purlin_bench.base.hardware import Fingerprint, gpu_type_slug, layout_slug
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ def test_differences_name_what_differs():
 
 
 def test_a_layout_of_ranks_in_processes_is_told_from_the_others():
-    from purlin_bench.hardware import is_procs_layout, layout_slug, procs_layout_slug
+    from purlin_bench.base.hardware import is_procs_layout, layout_slug, procs_layout_slug
 
     assert all(is_procs_layout(procs_layout_slug(n, g)) for n in (2, 8, 16) for g in (None, 1, 8))
     assert not any(is_procs_layout(layout_slug(8, g, peer)) for g in (1, 8) for peer in (False, True))

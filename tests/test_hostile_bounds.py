@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 from tests.cli_refusal import purlin, refused
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,7 +138,7 @@ def test_a_study_database_of_another_optuna_version_is_one_line(capsys, tmp_path
 
 @pytest.mark.parametrize("blocker", ["plan-is-a-folder", "its-folder-is-a-file"])
 def test_tune_checks_the_plan_path_before_measuring(capsys, tmp_path, blocker, monkeypatch):
-    from purlin_bench.tune import driver
+    from purlin_bench.tools.tune import driver
 
     if blocker == "plan-is-a-folder":
         (tmp_path / "cpu" / "all-reduce-2vr-float32.json").mkdir(parents=True)
@@ -156,7 +156,7 @@ def test_tune_checks_the_plan_path_before_measuring(capsys, tmp_path, blocker, m
 def test_a_read_only_study_database_says_so_not_max_length(tmp_path):
     import optuna
 
-    from purlin_bench.tune.storage import _reason
+    from purlin_bench.tools.tune.storage import _reason
 
     db = tmp_path / "ro.db"
     optuna.storages.RDBStorage(f"sqlite:///{db}")  # the tables, then read-only below

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from purlin_bench.export import ExportError
-from purlin_bench.export.header import render as header
-from purlin_bench.planfile import ArtifactError, load_plan_file
+from purlin_bench.tools.export import ExportError
+from purlin_bench.tools.export.header import render as header
+from purlin_bench.plans import ArtifactError, load_plan_file
 from tests.cli_refusal import purlin, refused
 
 ROOT = Path(__file__).resolve().parent.parent

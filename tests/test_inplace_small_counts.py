@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from purlin_bench.backends.numpy.executor import NumpyRunner
-from purlin_bench.check import check_program
-from purlin_bench.planner import plan
+from purlin_bench.measure.compare import check_program
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_all_builtin, load_spec_file
 from purlin_bench.strategies import STRATEGIES
 
@@ -87,7 +87,7 @@ def test_the_reported_cases_nest(buffer_rs):
 
 def _check_inplace(inst):
     for strategy in STRATEGIES:
-        program = plan(inst, strategy, "float32", None, inplace=True)
+        program = derive_program(inst, strategy, "float32", None, inplace=True)
         result = check_program(inst, program, NumpyRunner(program, seed=inst.ranks), seed=inst.count)
         assert result.ok, (inst.spec.name, inst.ranks, inst.count, strategy, result)
 

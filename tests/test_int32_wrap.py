@@ -9,9 +9,9 @@ import pytest
 
 from purlin_bench.backends.numpy.executor import NumpyRunner
 from purlin_bench.backends.port import run_once
-from purlin_bench.check import check_program
-from purlin_bench.dtypes import REDOPS, accumulate, random_inputs
-from purlin_bench.planner import plan
+from purlin_bench.measure.compare import check_program
+from purlin_bench.base.dtypes import REDOPS, accumulate, random_inputs
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 from purlin_bench.strategies import STRATEGIES
 
@@ -46,7 +46,7 @@ def test_every_reduction_and_strategy_wraps_like_the_reference(spec, strategy):
         inst = instantiate(spec, ranks, 257, 4, ranks - 1)
         for redop in REDOPS:
             for inplace in (False, True):
-                program = plan(inst, strategy, "int32", redop, inplace=inplace)
+                program = derive_program(inst, strategy, "int32", redop, inplace=inplace)
                 # check_program's first call draws exactly these inputs.
                 inputs = random_inputs(np.random.default_rng(ranks), program.in_counts, INT32, redop)
                 if redop in ("sum", "prod"):
@@ -60,7 +60,7 @@ def test_every_reduction_and_strategy_wraps_like_the_reference(spec, strategy):
 def test_the_wrap_is_twos_complement_modulo_2_to_the_32(strategy, redop):
     # Independent of accumulate: Python integers reduced, then taken mod 2**32.
     inst = instantiate(load_builtin("all-reduce"), 5, 64, 4)
-    program = plan(inst, strategy, "int32", redop)
+    program = derive_program(inst, strategy, "int32", redop)
     inputs = random_inputs(np.random.default_rng(9), program.in_counts, INT32, redop)
     expected = []
     for e in range(64):

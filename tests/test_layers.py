@@ -8,6 +8,7 @@ so a lazy import inside a function counts too.
 from __future__ import annotations
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -15,15 +16,18 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "purlin_bench"
 
-# Each module path (dotted, under purlin_bench) by its first matching prefix.
+# Each layer is folders (or a module) under purlin_bench, lowest first; a module
+# belongs to the layer of its longest matching dotted prefix.
 LAYERS = (
-    ("base", ("errors", "dtypes", "sizes", "config", "resources", "yamlfile", "timing", "hardware", "atomic", "inputs", "textfile", "dist")),
+    # procs/: one process per rank (store, group, shared memory, launcher), which backends use.
+    ("base", ("base", "procs")),
     ("specs", ("spec",)),
-    ("programs", ("program", "strategies", "planner", "heuristics", "check", "roofline")),
+    ("programs", ("program", "strategies")),
     # The baselines registry sits with the backends: each baseline is one of theirs.
     ("backends", ("backends", "baselines")),
-    ("measurement", ("measurement", "planfile")),
-    ("tools", ("bench", "tune", "export", "plans", "torch")),
+    ("measurement", ("measure", "plans")),
+    # plans.load (purlin_bench.load_plan) runs what it loads: a tool over the plan file.
+    ("tools", ("tools", "plans.load", "torch")),
     # The package's front (purlin_bench.load_plan, python -m purlin_bench).
     ("cli", ("cli", "__init__", "__main__")),
 )
@@ -31,10 +35,12 @@ RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
 
 
 def layer_of(module: str) -> str:
-    head = module.split(".")
-    for name, prefixes in LAYERS:
-        if head[0] in prefixes:
-            return name
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        head = ".".join(parts[:n])
+        for name, prefixes in LAYERS:
+            if head in prefixes:
+                return name
     raise AssertionError(f"purlin_bench.{module} is in no layer: add it to LAYERS (and README)")
 
 
@@ -102,7 +108,7 @@ DEVICE_HOMES = {"cupy": ("backends",), "torch": ("backends", "torch")}
 # One narrow exception, by module and library: the torchrun launcher joins
 # torch.distributed's rendezvous (gloo, CPU only) to exchange a few bytes;
 # it runs no device code. Kept visible here so a new one is a decision.
-DEVICE_EXCEPTIONS = {("dist.env", "torch.distributed")}
+DEVICE_EXCEPTIONS = {("procs.env", "torch.distributed")}
 
 
 def _imports(path: Path) -> set[str]:
@@ -189,3 +195,61 @@ def test_every_package_relative_path_the_package_names_exists():
                 if not found:
                     bad.append(f"purlin_bench/{path.relative_to(PACKAGE)}:{n}: {named}")
     assert not bad, bad
+
+
+# --- The README's picture of the package, generated from the tree -----------------
+
+LAYOUT_BEGIN = "<!-- layers: generated from the tree by tests/test_layers.py (PURLIN_UPDATE_GOLDEN=1 rewrites it) -->"
+LAYOUT_END = "<!-- /layers -->"
+
+
+def _summary(path: Path) -> str:
+    """The first line of a module's docstring: what the folder or file is."""
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    line = doc.strip().splitlines()[0] if doc.strip() else ""
+    assert line and len(line) <= 100, f"{path.relative_to(ROOT)}: its docstring's first line says what it is, in 100 characters"
+    return line
+
+
+def layout_block() -> str:
+    """Each layer, lowest first, with its folders and what each one's
+    ``__init__`` says it is; a tools-layer folder lists its tools too."""
+    rows = []
+    for n, (name, prefixes) in enumerate(LAYERS, 1):
+        label = f"{n} {name}"
+        for prefix in prefixes:
+            rel = Path(*prefix.split("."))
+            if (PACKAGE / rel).is_dir():
+                rows.append((label, f"purlin_bench/{rel}/", _summary(PACKAGE / rel / "__init__.py")))
+                children = sorted(p for p in (PACKAGE / rel).iterdir() if (p / "__init__.py").exists())
+                if name == "tools":
+                    children = sorted(children + [p for p in (PACKAGE / rel).glob("[a-z]*.py")])
+                for child in children:
+                    text = child / "__init__.py" if child.is_dir() else child
+                    rows.append(("", f"  {child.name}{'/' if child.is_dir() else ''}", _summary(text)))
+            elif (PACKAGE / rel).with_suffix(".py").exists():
+                path = (PACKAGE / rel).with_suffix(".py")
+                rows.append((label, f"purlin_bench/{path.relative_to(PACKAGE)}", _summary(path)))
+            label = ""
+    lines = [f"{a:<14} {b:<28} {c}".rstrip() for a, b, c in rows]
+    return "\n".join([LAYOUT_BEGIN, "```", *lines, "```", LAYOUT_END])
+
+
+def test_readme_layout_is_the_tree():
+    """The README's layer picture is generated from LAYERS and the folders'
+    docstrings: a new folder or layer shows up there, or this fails."""
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    assert LAYOUT_BEGIN in text and LAYOUT_END in text, "README.md lost its generated layers block"
+    head, rest = text.split(LAYOUT_BEGIN, 1)
+    tail = rest.split(LAYOUT_END, 1)[1]
+    want = head + layout_block() + tail
+    if os.environ.get("PURLIN_UPDATE_GOLDEN") == "1":
+        readme.write_text(want)
+    assert text == want, "README.md's layers block is stale: PURLIN_UPDATE_GOLDEN=1 pytest tests/test_layers.py"
+
+
+def test_every_package_folder_is_in_a_layer():
+    for path in PACKAGE.iterdir():
+        if (path / "__init__.py").exists():
+            layer_of(path.name)  # raises naming it when it is in none

@@ -1,7 +1,7 @@
 """A rank that dies or stops ends the run promptly, naming it: a killed rank
 through the launcher's abort; a frozen peer, or a store that never greets,
 within the user's bound (PURLIN_WATCHDOG_S), while a live peer busy for
-longer than that is waited for (dist/liveness.py, dist/channel.py)."""
+longer than that is waited for (procs/liveness.py, procs/channel.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from purlin_bench.dist import Group, PeerTimeout, Store, StoreServer, StoreUnreachable
+from purlin_bench.procs import Group, PeerTimeout, Store, StoreServer, StoreUnreachable
 from tests.test_procs import ROOT, own_run_dirs
 
 LINUX = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the ranks through /proc (Linux)")
@@ -123,7 +123,7 @@ def test_a_live_peer_busy_for_longer_than_the_bound_is_waited_for():
 
 STOPPABLE = r"""
 import os, sys
-from purlin_bench.dist import Group, Store
+from purlin_bench.procs import Group, Store
 host, port, token = sys.argv[1], int(sys.argv[2]), bytes.fromhex(sys.argv[3])
 g = Group(Store(host, port, token, timeout_s=1), 1, 2, "frozen", timeout_s=60, silence_s=1.0)
 os.kill(os.getpid(), __import__("signal").SIGSTOP)  # frozen, with its heartbeat thread
@@ -155,7 +155,7 @@ def test_a_stopped_peer_ends_a_barrier_within_the_bound_naming_it_and_the_step()
 
 @pytest.mark.timeout(30)
 def test_a_peer_that_never_joins_is_named_after_the_start_up_allowance(monkeypatch):
-    from purlin_bench.dist import liveness
+    from purlin_bench.procs import liveness
 
     monkeypatch.setattr(liveness, "STARTUP_S", 1.0)
     token = b"n" * 32

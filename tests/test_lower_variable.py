@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from purlin_bench.backends.cupy.lower import MAX_SRC, OFFSET_BITS, OP_NONE, VAR_RECORD, flag_id, lower, pack
-from purlin_bench.errors import ExecutionError
-from purlin_bench.planner import plan
+from purlin_bench.base.errors import ExecutionError
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.model import Consume, Stage
 from purlin_bench.program.variable import resolve
 from purlin_bench.spec import instantiate, load_builtin
@@ -69,7 +69,7 @@ def test_the_kernels_reading_of_the_size_table_is_the_programs_resolution(name, 
     inst = instantiate(load_builtin(name), ranks, 29, 4)
     rng = np.random.default_rng(ranks)
     for params in ({}, {"slice_bytes": 32, "channels": 2}):
-        program = plan(inst, strategy, "float32", params=params)
+        program = derive_program(inst, strategy, "float32", params=params)
         low = lower(program, list(range(ranks)), True, "sm", flag_id)
         assert low.sizes is not None and low.sizes.dtype == np.int32
         data = low.ops[low.ops["op"] != OP_NONE]
@@ -84,7 +84,7 @@ def test_the_kernels_reading_of_the_size_table_is_the_programs_resolution(name, 
 
 def test_a_count_past_its_capacity_is_clamped_where_the_kernel_reads_it():
     inst = instantiate(load_builtin("all-to-all-v"), 3, 16, 4)
-    program = plan(inst, "direct", "float32")
+    program = derive_program(inst, "direct", "float32")
     low = lower(program, [0, 1, 2], True, "sm", flag_id)
     wild = [10**9, -5, *[16] * 7]
     clamped = [16, 0, *[16] * 7]
@@ -97,8 +97,8 @@ def test_a_count_past_its_capacity_is_clamped_where_the_kernel_reads_it():
 
 
 def test_fixed_programs_carry_no_size_table_and_copy_engines_refuse_variable_ones():
-    fixed = plan(instantiate(load_builtin("all-gather"), 4, 16, 4), "direct", "float32")
+    fixed = derive_program(instantiate(load_builtin("all-gather"), 4, 16, 4), "direct", "float32")
     assert lower(fixed, [0, 1, 2, 3], True, "sm", flag_id).sizes is None
-    variable = plan(instantiate(load_builtin("all-gather-v"), 4, 16, 4), "direct", "float32")
+    variable = derive_program(instantiate(load_builtin("all-gather-v"), 4, 16, 4), "direct", "float32")
     with pytest.raises(ExecutionError, match="variable-size program runs on SMs"):
         lower(variable, [0, 1, 2, 3], True, "ce", flag_id)

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from purlin_bench.backends.port import run_once
-from purlin_bench.check import check_program, compare
-from purlin_bench.dtypes import DTYPES, REDOPS, random_inputs
-from purlin_bench.errors import ExecutionError, PurlinError, SpecError
+from purlin_bench.measure.compare import check_program, compare
+from purlin_bench.base.dtypes import DTYPES, REDOPS, random_inputs
+from purlin_bench.base.errors import ExecutionError, PurlinError, SpecError
 from purlin_bench.backends.numpy.executor import NumpyRunner
-from purlin_bench.planner import plan
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 from purlin_bench.strategies import STRATEGIES
 
@@ -45,7 +45,7 @@ def test_every_combination_matches_the_reference(spec, strategy, ranks):
                 inst = instantiate(spec, ranks, count, np_dtype.itemsize, root)
                 for inplace in _inplace_modes(inst):
                     for redop in redops:
-                        program = plan(inst, strategy, dtype, redop, inplace=inplace)
+                        program = derive_program(inst, strategy, dtype, redop, inplace=inplace)
                         result = check_program(inst, program, NumpyRunner(program, seed=ranks + count), seed=root, calls=1)
                         ran += 1
                         if not result.ok:
@@ -59,7 +59,7 @@ def test_repeated_calls_on_one_runner_stay_correct(spec, strategy):
     # Flags are epoch counters never reset: call k waits for k notifies.
     for ranks, inplace in ((3, False), (8, spec.name != "all-to-all")):
         inst = instantiate(spec, ranks, 257, 4, ranks - 1)
-        program = plan(inst, strategy, "float32", inplace=inplace)
+        program = derive_program(inst, strategy, "float32", inplace=inplace)
         runner = NumpyRunner(program, seed=7)
         rng = np.random.default_rng(3)
         for call in range(1, 6):
@@ -75,7 +75,7 @@ def test_interleaving_does_not_change_the_result(strategy):
     # A program fixes the order of every reduction, so any legal interleaving
     # (the executor draws one per seed) gives the same bits.
     inst = instantiate(load_builtin("all-reduce"), 5, 999, 2)
-    program = plan(inst, strategy, "float16", params={"slice_bytes": 256})
+    program = derive_program(inst, strategy, "float16", params={"slice_bytes": 256})
     inputs = random_inputs(np.random.default_rng(0), program.in_counts, np.dtype(np.float16), "sum")
     results = [run_once(NumpyRunner(program, seed=s), inputs) for s in range(4)]
     for other in results[1:]:
@@ -85,7 +85,7 @@ def test_interleaving_does_not_change_the_result(strategy):
 
 def test_copies_are_bit_exact_and_integer_reductions_exact():
     inst = instantiate(load_builtin("all-gather"), 4, 33, 2)
-    program = plan(inst, "ring", "bfloat16")
+    program = derive_program(inst, "ring", "bfloat16")
     bf16 = DTYPES["bfloat16"]
     inputs = [np.random.default_rng(r).standard_normal(33).astype(bf16) for r in range(4)]
     out = run_once(NumpyRunner(program), inputs)
@@ -93,14 +93,14 @@ def test_copies_are_bit_exact_and_integer_reductions_exact():
     assert all(np.array_equal(o.view(np.uint16), expected.view(np.uint16)) for o in out)
 
     inst = instantiate(load_builtin("all-reduce"), 3, 10, 4)
-    program = plan(inst, "ring", "int32", "prod")
+    program = derive_program(inst, "ring", "int32", "prod")
     inputs = [np.full(10, v, dtype=np.int32) for v in (-3, 5, 7)]
     assert all(np.array_equal(o, np.full(10, -105, dtype=np.int32)) for o in run_once(NumpyRunner(program), inputs))
 
 
 def test_float16_reduction_is_within_tolerance_not_exact():
     inst = instantiate(load_builtin("all-reduce"), 8, 4096, 2)
-    program = plan(inst, "ring", "float16")
+    program = derive_program(inst, "ring", "float16")
     inputs = random_inputs(np.random.default_rng(1), program.in_counts, np.dtype(np.float16), "sum")
     out = run_once(NumpyRunner(program), inputs)
     assert compare(inst, program, inputs, out).ok
@@ -111,13 +111,13 @@ def test_float16_reduction_is_within_tolerance_not_exact():
 
 def test_zero_count_runs_and_outputs_nothing():
     inst = instantiate(load_builtin("all-reduce"), 3, 0, 4)
-    program = plan(inst, "ring", "float32")
+    program = derive_program(inst, "ring", "float32")
     assert [o.size for o in run_once(NumpyRunner(program), [np.zeros(0, np.float32)] * 3)] == [0, 0, 0]
 
 
 def test_bad_inputs_are_refused():
     inst = instantiate(load_builtin("all-reduce"), 2, 8, 4)
-    runner = NumpyRunner(plan(inst, "direct", "float32"))
+    runner = NumpyRunner(derive_program(inst, "direct", "float32"))
     with pytest.raises(ExecutionError, match="expected 2 input arrays, got 1"):
         run_once(runner, [np.zeros(8, np.float32)])
     with pytest.raises(ExecutionError, match=r"input of rank 1 has shape \(7,\), expected \(8,\)"):

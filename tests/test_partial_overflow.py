@@ -7,14 +7,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import purlin_bench.measurement as measurement
+import purlin_bench.measure.service as measurement
 from purlin_bench.backends.numpy import NumpyBackend
 from purlin_bench.backends.numpy.executor import NumpyRunner
 from purlin_bench.backends.port import run_once
-from purlin_bench.check import compare, partial_overflow
-from purlin_bench.cli import check_matrix as m
-from purlin_bench.dtypes import DTYPES
-from purlin_bench.planner import plan
+from purlin_bench.measure.compare import compare, partial_overflow
+from purlin_bench.tools import check as m
+from purlin_bench.base.dtypes import DTYPES
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_builtin
 
 F16 = DTYPES["float16"]
@@ -29,11 +29,11 @@ def test_the_ring_overflows_where_direct_does_not_and_the_result_says_why():
     # at rank 0 adds 40000 + 40000 first.
     inst = instantiate(load_builtin("all-reduce"), 3, 48, 2)
     inputs = _inputs(F16, 48)
-    ring = plan(inst, "ring", "float16")
+    ring = derive_program(inst, "ring", "float16")
     ring_result = compare(inst, ring, inputs, run_once(NumpyRunner(ring), inputs))
     assert ring_result.wrong > 0 and ring_result.overflowed > 0
     assert "can overflow float16 in a partial sum" in ring_result.note("float16")
-    direct = plan(inst, "direct", "float16")
+    direct = derive_program(inst, "direct", "float16")
     assert compare(inst, direct, inputs, run_once(NumpyRunner(direct), inputs)).ok
 
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from purlin_bench.cli.main import run
-from purlin_bench.config import RunConfig
+from purlin_bench.base.config import RunConfig
 from purlin_bench.backends import detect
-from purlin_bench.planfile import SCHEMA_VERSION, ArtifactError, PlanArtifact, PlanEntry, SweepRef, plan_text
-from purlin_bench.plans import load_plan
+from purlin_bench.plans import SCHEMA_VERSION, ArtifactError, PlanArtifact, PlanEntry, SweepRef, plan_text
+from purlin_bench.plans.load import load_plan
 
 RANKS = 4
 

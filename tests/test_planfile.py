@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from purlin_bench.config import RunConfig
-from purlin_bench.dtypes import DTYPES
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.config import RunConfig
+from purlin_bench.base.dtypes import DTYPES
+from purlin_bench.base.errors import PurlinError
 from purlin_bench.backends import detect
-from purlin_bench.hardware import Fingerprint
-from purlin_bench.planfile import SCHEMA_VERSION, ArtifactError, PlanArtifact, PlanEntry, SweepRef, load_plan_file, parse_plan, plan_path, plan_schema, plan_text, write_plan
-from purlin_bench.planfile.model import SAMPLERS
+from purlin_bench.base.hardware import Fingerprint
+from purlin_bench.plans import SCHEMA_VERSION, ArtifactError, PlanArtifact, PlanEntry, SweepRef, load_plan_file, parse_plan, plan_path, plan_schema, plan_text, write_plan
+from purlin_bench.plans.model import SAMPLERS
 from purlin_bench.spec.loader import load_spec_file
 from purlin_bench.strategies import STRATEGIES
 
@@ -68,9 +68,9 @@ def test_gpu_plans_are_marked_gpu():
 
 
 def test_committed_schema_is_the_generated_one():
-    """Regenerate with: python3 -m purlin_bench.planfile --schema > docs/plan.schema.json"""
+    """Regenerate with: python3 -m purlin_bench.plans --schema > docs/plan.schema.json"""
     committed = (ROOT / "docs" / "plan.schema.json").read_text()
-    generated = subprocess.run([sys.executable, "-m", "purlin_bench.planfile", "--schema"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    generated = subprocess.run([sys.executable, "-m", "purlin_bench.plans", "--schema"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert committed == generated
     assert json.loads(committed) == plan_schema()
 
@@ -93,13 +93,13 @@ def test_schema_fields_are_the_model_fields():
 
 
 def test_samplers_are_the_tuners():
-    from purlin_bench.tune.tuner import SAMPLERS as TUNER_SAMPLERS
+    from purlin_bench.tools.tune.tuner import SAMPLERS as TUNER_SAMPLERS
 
     assert SAMPLERS == TUNER_SAMPLERS
 
 
 def test_cli_usage_without_schema_flag():
-    result = subprocess.run([sys.executable, "-m", "purlin_bench.planfile"], capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run([sys.executable, "-m", "purlin_bench.plans"], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 2 and result.stdout == "" and "--schema" in result.stderr
 
 

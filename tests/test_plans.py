@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 import purlin_bench
-from purlin_bench.config import RunConfig
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.config import RunConfig
+from purlin_bench.base.errors import PurlinError
 from purlin_bench.backends import detect
-from purlin_bench.hardware import Fingerprint
-from purlin_bench.plans import TunedCollective, load_plan, plan_lookup
+from purlin_bench.base.hardware import Fingerprint
+from purlin_bench.plans.load import TunedCollective, load_plan, plan_lookup
 from purlin_bench.spec import instantiate, load_builtin
-from purlin_bench.planfile import ArtifactError, PlanArtifact, PlanEntry, SweepRef, plan_path, write_plan
-from purlin_bench.tune.driver import Reporter, TuneRequest, run_tune
-from purlin_bench.tune.sweep import parse_sweep
-from purlin_bench.tune.tuner import TuneSettings
+from purlin_bench.plans import ArtifactError, PlanArtifact, PlanEntry, SweepRef, plan_path, write_plan
+from purlin_bench.tools.tune.driver import Reporter, TuneRequest, run_tune
+from purlin_bench.tools.tune.sweep import parse_sweep
+from purlin_bench.tools.tune.tuner import TuneSettings
 
 RANKS = 4
 H200 = Fingerprint("cupy", "h200", f"{RANKS}vr", RANKS, "4 virtual ranks on GPU 0", "NVIDIA H200", (0,), "9.0", 132, 150 << 30, "13.0", "13.0", "x86")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from purlin_bench.backends.cupy import occupancy, status
-from purlin_bench.dist import mps
-from purlin_bench.errors import PurlinError
+from purlin_bench.procs import mps
+from purlin_bench.base.errors import PurlinError
 
 H200 = {"MaxRegistersPerMultiprocessor": 65536, "MaxThreadsPerMultiProcessor": 2048, "MaxBlocksPerMultiprocessor": 32}
 
@@ -45,7 +45,7 @@ def test_a_launch_past_its_share_is_refused_with_why(monkeypatch):
     from types import SimpleNamespace
 
     from purlin_bench.backends.cupy.executor import CupyRunner
-    from purlin_bench.errors import ExecutionError
+    from purlin_bench.base.errors import ExecutionError
 
     runner = CupyRunner.__new__(CupyRunner)
     runner.world = SimpleNamespace(sharing=8)
@@ -158,7 +158,7 @@ def test_a_failed_call_makes_every_later_call_of_the_communicator_raise():
     after it, as a torch NCCL communicator does after a watchdog abort."""
     from types import SimpleNamespace
 
-    from purlin_bench.errors import WatchdogTimeout
+    from purlin_bench.base.errors import WatchdogTimeout
     from purlin_bench.torch import Communicator
 
     said = "watchdog: rank 3 channel 0 step 8 waited 10.00 s on r0.flag[1] (value 0, needed 32) in all-reduce/two-shot"
@@ -186,7 +186,7 @@ def test_a_count_out_of_range_is_raised_once_and_the_communicator_goes_on():
     the next call raises a CountsError, and the calls after it run."""
     from types import SimpleNamespace
 
-    from purlin_bench.errors import CountsError
+    from purlin_bench.base.errors import CountsError
     from purlin_bench.torch import Communicator
 
     recorded = ["counts: all-to-all-v's count 5 (c(1, 1)) was 999 in device memory, outside 0..64"]

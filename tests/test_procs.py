@@ -17,10 +17,10 @@ import pytest
 
 from purlin_bench.backends.numpy.ranks import RankRunner
 from purlin_bench.backends.procs import Procs
-from purlin_bench.dist import Group, Store, StoreServer, channel
-from purlin_bench.errors import WatchdogTimeout
-from purlin_bench.inputs import exact_inputs
-from purlin_bench.planner import plan
+from purlin_bench.procs import Group, Store, StoreServer, channel
+from purlin_bench.base.errors import WatchdogTimeout
+from purlin_bench.base.inputs import exact_inputs
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec.instance import instantiate
 from purlin_bench.spec.loader import resolve
 
@@ -48,7 +48,7 @@ def purlin(*args: str, timeout: float = 240, env: dict | None = None, **kw) -> s
 
 def own_run_dirs(launcher_pid: int) -> set[str]:
     """The shared-memory folders of the runs one launcher started (their run
-    ids begin with its pid, dist/launch.py): not other runs' of this user,
+    ids begin with its pid, procs/launch.py): not other runs' of this user,
     which anything else running purlin on the machine makes and removes."""
     base = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
     return {p.name for p in base.glob(f"purlin-{os.getuid()}-{launcher_pid}-*")}
@@ -182,7 +182,7 @@ def _two_ranks(tmp_path: Path, watchdog_s: float):
 
 def _program(collective: str, strategy: str, count: int = 1001):
     inst = instantiate(resolve(collective), 2, count, 4)
-    return inst, plan(inst, strategy, "float32", None, {}, False)
+    return inst, derive_program(inst, strategy, "float32", None, {}, False)
 
 
 @pytest.mark.timeout(60)
@@ -249,7 +249,7 @@ def test_every_flag_has_one_notifier_a_call():
             inst = instantiate(spec, ranks, 33, 4)
             for name in STRATEGIES:
                 try:
-                    program = plan(inst, name, "float32", None, {}, False)
+                    program = derive_program(inst, name, "float32", None, {}, False)
                 except Exception:
                     continue
                 notifiers: dict = {}
@@ -261,7 +261,7 @@ def test_every_flag_has_one_notifier_a_call():
 
 def test_processors_that_reorder_stores_are_refused_in_one_line():
     from purlin_bench.backends.numpy.ranks import check_store_order
-    from purlin_bench.errors import ExecutionError
+    from purlin_bench.base.errors import ExecutionError
 
     check_store_order("x86_64")
     check_store_order("AMD64")
@@ -344,7 +344,7 @@ def test_a_build_bound_refusal_on_any_rank_reaches_rank_0_as_itself(tmp_path, mo
     ranks made are closed, and the run goes on."""
     from purlin_bench.backends import procs as procs_mod
     from purlin_bench.backends.numpy import NumpyBackend
-    from purlin_bench.errors import CapacityError, ExecutionError
+    from purlin_bench.base.errors import CapacityError, ExecutionError
 
     real_prepare, closed = NumpyBackend.prepare, []
 
@@ -392,21 +392,21 @@ def test_a_build_bound_refusal_on_any_rank_reaches_rank_0_as_itself(tmp_path, mo
 def test_an_error_crosses_ranks_by_its_class_name():
     """What a worker's answer carries of an error, and what rank 0 raises
     for it: a refusal keeps its class (one this process lacks is still a
-    PlanError), a cancellation stays one, anything else is an ExecutionError;
+    ProgramError), a cancellation stays one, anything else is an ExecutionError;
     a failure is said before a refusal, and both before a cancellation."""
     import pickle
 
-    from purlin_bench.dist.errors import Cancelled, error_kind, error_of, kind_order
-    from purlin_bench.errors import CallAborted, CapacityError, ExecutionError, PlanError
+    from purlin_bench.procs.errors import Cancelled, error_kind, error_of, kind_order
+    from purlin_bench.base.errors import CallAborted, CapacityError, ExecutionError, ProgramError
     from purlin_bench.program.validate import ProgramInvalid
 
     for exc in (CapacityError("c"), ProgramInvalid("p"), Cancelled("x"), ExecutionError("e"), WatchdogTimeout("w"), CallAborted("a")):
         kind = pickle.loads(pickle.dumps(error_kind(exc)))
         back = error_of(kind, "m")
         kept = isinstance(exc, (CapacityError, Cancelled, CallAborted))
-        want = type(exc) if kept else PlanError if isinstance(exc, PlanError) else ExecutionError
+        want = type(exc) if kept else ProgramError if isinstance(exc, ProgramError) else ExecutionError
         assert type(back) is want and str(back) == "m"
-    assert type(error_of("NotAClassHere", "m")) is PlanError and type(error_of("PurlinError", "m")) is PlanError
+    assert type(error_of("NotAClassHere", "m")) is ProgramError and type(error_of("PurlinError", "m")) is ProgramError
     orders = [kind_order(error_kind(e)) for e in (ExecutionError("e"), CapacityError("c"), Cancelled("x"))]
     assert orders == sorted(set(orders))
     # a call left because another rank's wait timed out is said after that timeout, as a cancellation is

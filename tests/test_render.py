@@ -6,14 +6,14 @@ import io
 
 from rich.console import Console
 
-from purlin_bench.planner import plan
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.model import Ref
 from purlin_bench.program.render import render_rich, rows, slice_text, summarize
 from purlin_bench.spec import instantiate, load_builtin
 
 
 def _program(name, strategy, ranks, count, **params):
-    return plan(instantiate(load_builtin(name), ranks, count, 4), strategy, "float32", params=params)
+    return derive_program(instantiate(load_builtin(name), ranks, count, 4), strategy, "float32", params=params)
 
 
 def test_slice_text_marks_remote_memory():

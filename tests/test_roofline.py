@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from purlin_bench.roofline import fanout_share, min_bytes
+from purlin_bench.spec.roofline import fanout_share, min_bytes
 from purlin_bench.spec import instantiate, load_builtin
 
 

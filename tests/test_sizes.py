@@ -1,11 +1,11 @@
-"""The one size grammar (purlin_bench.sizes) and that every reader of a size uses it."""
+"""The one size grammar (purlin_bench.base.sizes) and that every reader of a size uses it."""
 
 from __future__ import annotations
 
 import pytest
 
-from purlin_bench.errors import PurlinError
-from purlin_bench.sizes import MAX_BYTES, SizeError, format_bytes, parse_bytes
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.base.sizes import MAX_BYTES, SizeError, format_bytes, parse_bytes
 
 K, M, G, T = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 
@@ -98,7 +98,7 @@ def test_sizes_module_imports_nothing_of_the_package_but_errors():
     import ast
     import inspect
 
-    import purlin_bench.sizes as sizes
+    import purlin_bench.base.sizes as sizes
 
     imported = [n.module for n in ast.walk(ast.parse(inspect.getsource(sizes))) if isinstance(n, ast.ImportFrom)]
-    assert [m for m in imported if m and m.startswith("purlin_bench")] == ["purlin_bench.errors"]
+    assert [m for m in imported if m and m.startswith("purlin_bench")] == ["purlin_bench.base.errors"]

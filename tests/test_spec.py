@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from purlin_bench.dtypes import DTYPES
-from purlin_bench.errors import SpecError
+from purlin_bench.base.dtypes import DTYPES
+from purlin_bench.base.errors import SpecError
 from purlin_bench.spec import instantiate, load_builtin, load_spec_file, resolve
 from purlin_bench.spec.loader import builtin_spec_paths
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from purlin_bench.backends.cupy.torch_baseline import IndexMap, affine, index_map, plan_for
-from purlin_bench.errors import PurlinError
-from purlin_bench.inputs import exact_inputs
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.base.inputs import exact_inputs
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 from purlin_bench.spec.loader import load_spec_file
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 from purlin_bench.spec.loader import resolve
 
 ROOT = Path(__file__).resolve().parent.parent

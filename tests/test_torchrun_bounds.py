@@ -7,13 +7,13 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from purlin_bench.dist import env as env_mod
-from purlin_bench.dist.errors import DistError
+from purlin_bench.procs import env as env_mod
+from purlin_bench.procs.errors import DistError
 
 
 def test_a_world_past_the_rank_bound_is_refused_before_any_rendezvous(monkeypatch):
     from purlin_bench.cli import procs
-    from purlin_bench.errors import PurlinError
+    from purlin_bench.base.errors import PurlinError
 
     for name, value in {"RANK": "0", "WORLD_SIZE": "100000", "TORCHELASTIC_RUN_ID": "x"}.items():
         monkeypatch.setenv(name, value)

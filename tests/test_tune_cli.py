@@ -13,9 +13,9 @@ import optuna
 import pytest
 
 from purlin_bench.cli.main import run
-from purlin_bench.planfile import load_plan_file
-from purlin_bench.tune.storage import open_storage
-from purlin_bench.tune.tuner import count_finished
+from purlin_bench.plans import load_plan_file
+from purlin_bench.tools.tune.storage import open_storage
+from purlin_bench.tools.tune.tuner import count_finished
 
 TINY = """\
 name: tiny
@@ -74,7 +74,7 @@ def test_tune_writes_plans_and_resumes_by_total_trials(capsys, tmp_path, tiny):
 
 
 def test_every_trial_is_checked_and_timed_at_each_probe_size(capsys, tmp_path, tiny, monkeypatch):
-    from purlin_bench.measurement import MeasurementService
+    from purlin_bench.measure.service import MeasurementService
 
     checked, timed = [], []
     prepare, compare = MeasurementService.prepare, MeasurementService.compare
@@ -97,7 +97,7 @@ def test_every_trial_is_checked_and_timed_at_each_probe_size(capsys, tmp_path, t
 def test_kernels_are_built_before_any_study_is_timed(capsys, tmp_path, tiny, monkeypatch):
     """On a GPU the first use of each kernel variant compiles it; a tune
     builds them all up front, so the studies' timeouts measure trials."""
-    from purlin_bench.tune.measure import ServiceBench
+    from purlin_bench.tools.tune.measure import ServiceBench
 
     events = []
     measure, prime = ServiceBench.measure, ServiceBench.prime

@@ -13,11 +13,11 @@ import pytest
 from purlin_bench.backends import backend_class
 from purlin_bench.cli.cmd_tune import _backend_limits
 from purlin_bench.cli.main import run
-from purlin_bench.plans import CPU_RESULTS, DEFAULT_RESULTS, default_results_dir, load_plan, tune_hint
-from purlin_bench.tune.measure import ServiceBench
-from purlin_bench.tune.storage import open_storage
-from purlin_bench.tune.sweep import resolve_sweep
-from purlin_bench.tune.tuner import count_finished
+from purlin_bench.plans.load import CPU_RESULTS, DEFAULT_RESULTS, default_results_dir, load_plan, tune_hint
+from purlin_bench.tools.tune.measure import ServiceBench
+from purlin_bench.tools.tune.storage import open_storage
+from purlin_bench.tools.tune.sweep import resolve_sweep
+from purlin_bench.tools.tune.tuner import count_finished
 
 CPU = "numpy"  # the backend a machine without a GPU gets
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from purlin_bench.config import RunConfig
-from purlin_bench.errors import ExecutionError, PurlinError
-from purlin_bench.tune.finals import LOSS_BOUND, MARGIN, pick
-from purlin_bench.tune.sweep import Bucket
+from purlin_bench.base.config import RunConfig
+from purlin_bench.base.errors import ExecutionError, PurlinError
+from purlin_bench.tools.tune.finals import LOSS_BOUND, MARGIN, pick
+from purlin_bench.tools.tune.sweep import Bucket
 
 BUCKET = Bucket(8, 4095)
 WINNER = RunConfig.make("direct", {"channels": 4}, {})

@@ -78,8 +78,8 @@ def test_two_workers_share_one_study(tmp_path, database_url):
 
     import optuna
 
-    from purlin_bench.tune.storage import open_storage
-    from purlin_bench.tune.tuner import count_finished, is_counted
+    from purlin_bench.tools.tune.storage import open_storage
+    from purlin_bench.tools.tune.tuner import count_finished, is_counted
 
     storage = open_storage(database_url)
     (name,) = optuna.get_all_study_names(storage)

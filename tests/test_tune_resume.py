@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from purlin_bench.planfile import load_plan_file
+from purlin_bench.plans import load_plan_file
 
 TRIALS = 8
 # 1 MiB all-reduce on 4 simulated ranks: a few tenths of a second per trial,

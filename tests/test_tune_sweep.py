@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from purlin_bench.config import RunConfig
-from purlin_bench.tune.space import Condition, ParamSpace, Space
-from purlin_bench.tune.sweep import Bucket, SweepError, buckets_from_sizes, builtin_sweep_paths, load_sweep_file, parse_sweep, resolve_sweep
+from purlin_bench.base.config import RunConfig
+from purlin_bench.tools.tune.space import Condition, ParamSpace, Space
+from purlin_bench.tools.tune.sweep import Bucket, SweepError, buckets_from_sizes, builtin_sweep_paths, load_sweep_file, parse_sweep, resolve_sweep
 
 GOOD = {
     "name": "t",

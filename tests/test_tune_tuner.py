@@ -14,13 +14,13 @@ from functools import partial
 import optuna
 import pytest
 
-from purlin_bench.check import CheckResult
-from purlin_bench.config import RunConfig
-from purlin_bench.errors import ExecutionError, PlanError, PurlinError
-from purlin_bench.tune.effective import effective_config
-from purlin_bench.tune.storage import open_storage
-from purlin_bench.tune.sweep import Bucket, parse_sweep
-from purlin_bench.tune.tuner import ATTR_CONFIG, ATTR_DUPLICATE, ATTR_FAILURE, ATTR_FIXED, ATTR_ROLE, ATTR_WORKER, StudySpec, TuneSettings, count_finished, run_study
+from purlin_bench.measure.compare import CheckResult
+from purlin_bench.base.config import RunConfig
+from purlin_bench.base.errors import ExecutionError, ProgramError, PurlinError
+from purlin_bench.tools.tune.effective import effective_config
+from purlin_bench.tools.tune.storage import open_storage
+from purlin_bench.tools.tune.sweep import Bucket, parse_sweep
+from purlin_bench.tools.tune.tuner import ATTR_CONFIG, ATTR_DUPLICATE, ATTR_FAILURE, ATTR_FIXED, ATTR_ROLE, ATTR_WORKER, StudySpec, TuneSettings, count_finished, run_study
 
 SPACE = parse_sweep(
     {
@@ -57,7 +57,7 @@ class Fakes:
         with self.lock:
             self.checked.append(config)
         if config.strategy in self.invalid:
-            raise PlanError(self.invalid[config.strategy])
+            raise ProgramError(self.invalid[config.strategy])
         return config.strategy not in self.wrong
 
     def measure(self, config: RunConfig, bucket: Bucket) -> float:
@@ -387,7 +387,7 @@ def test_bad_settings(storage):
 
 def test_effective_config_per_backend():
     from purlin_bench.backends.cupy import CupyBackend
-    from purlin_bench.tune.effective import for_backend
+    from purlin_bench.tools.tune.effective import for_backend
 
     sampled = RunConfig.make("ring", {"channels": 2}, {"blocks": 4, "warp": 1})
     assert for_backend(sampled, "numpy") == RunConfig.make("ring", {"channels": 2, "slice_bytes": 0})
@@ -431,7 +431,7 @@ class Finals:
 
 
 def test_the_finals_re_measure_finalists_and_drop_a_lucky_draw():
-    from purlin_bench.tune.finals import pick
+    from purlin_bench.tools.tune.finals import pick
 
     fakes = NoisyFirstDraw()
     default = RunConfig.make("direct", {"channels": 1})

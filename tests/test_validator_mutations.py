@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from purlin_bench.backends.port import run_once
-from purlin_bench.check import check_program, compare
-from purlin_bench.dtypes import random_inputs
-from purlin_bench.errors import DeadlockError
+from purlin_bench.measure.compare import check_program, compare
+from purlin_bench.base.dtypes import random_inputs
+from purlin_bench.base.errors import DeadlockError
 from purlin_bench.backends.numpy.executor import NumpyRunner
-from purlin_bench.planner import plan
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step, StepId
 from purlin_bench.program.validate import ProgramInvalid, validate
 from purlin_bench.spec import Instance, instantiate, load_builtin
@@ -39,7 +39,7 @@ class LastRunnable:
 
 def build(name: str, strategy: str, ranks: int = 3, count: int = 40, root: int = 0, **params) -> tuple[Instance, Program]:
     inst = instantiate(load_builtin(name), ranks, count, 4, root)
-    return inst, plan(inst, strategy, "float32", params=params)
+    return inst, derive_program(inst, strategy, "float32", params=params)
 
 
 def mutate(program: Program, rank: int, edit: Callable[[list[Step]], None], channel: int = 0) -> Program:

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from purlin_bench.backends.numpy.executor import NumpyRunner
-from purlin_bench.check import compare
-from purlin_bench.errors import CountsError, PlanError, SpecError
-from purlin_bench.planner import plan
+from purlin_bench.measure.compare import compare
+from purlin_bench.base.errors import CountsError, ProgramError, SpecError
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.model import Consume, Program, Ref, Stage, Step, StepId
 from purlin_bench.program.render import render_rich, rows, summary_lines
 from purlin_bench.program.validate import ProgramInvalid, validate
@@ -31,7 +31,7 @@ PARAMS = ({}, {"slice_bytes": 64, "channels": 2})
 
 def build(name: str, strategy: str, ranks: int = 4, cap: int = 40, **params):
     inst = instantiate(load_builtin(name), ranks, cap, 4)
-    return inst, plan(inst, strategy, "float32", params=params)
+    return inst, derive_program(inst, strategy, "float32", params=params)
 
 
 def special_counts(inst, rng) -> list[tuple[int, ...]]:
@@ -46,7 +46,7 @@ def test_every_program_is_proved_symbolically_and_at_each_calls_counts(name, ran
     rng = np.random.default_rng(ranks)
     for strategy in STRATEGIES:
         for params in PARAMS:
-            inst, program = build(name, strategy, ranks, 37, **params)  # plan() validated it for every count
+            inst, program = build(name, strategy, ranks, 37, **params)  # derive_program() validated it for every count
             assert program.variable and program.schema == 2 and len(program.count_caps) == len(inst.count_keys)
             for counts in special_counts(inst, rng):
                 # Independently: the call's fixed program, against the call's own instance.
@@ -55,7 +55,7 @@ def test_every_program_is_proved_symbolically_and_at_each_calls_counts(name, ran
 
 def test_one_program_serves_calls_of_any_counts():
     inst, program = build("all-to-all-v", "ring", 5, 23)
-    assert plan(instantiate(load_builtin("all-to-all-v"), 5, 23, 4), "ring", "float32") is program  # cached, count-free
+    assert derive_program(instantiate(load_builtin("all-to-all-v"), 5, 23, 4), "ring", "float32") is program  # cached, count-free
     shapes = {resolve(r, (0,) * 25, program.count_caps).count for _, s in program.steps() if isinstance(s, Consume)
               for r in s.srcs}
     assert shapes == {0}  # at zero counts every slice is empty
@@ -141,7 +141,7 @@ def test_windows_past_the_capacity_and_scratch_after_chunks_are_rejected():
 
 def test_symbolic_slices_in_a_fixed_program_and_in_place_variable_programs_are_rejected():
     inst = instantiate(load_builtin("all-gather"), 3, 8, 4)
-    program = plan(inst, "direct", "float32")
+    program = derive_program(inst, "direct", "float32")
     sid, step = _first(program, lambda sid, s: isinstance(s, Consume) and s.srcs)
     bad = _with(program, sid, Consume(step.waits, step.op, (dataclasses.replace(step.srcs[0], var=0),), step.dsts))
     with pytest.raises(ProgramInvalid, match="in a fixed-size program"):
@@ -150,7 +150,7 @@ def test_symbolic_slices_in_a_fixed_program_and_in_place_variable_programs_are_r
     with pytest.raises(ProgramInvalid, match="no in-place form"):
         validate(dataclasses.replace(vprogram, inplace=True, inplace_offsets=(0, 8, 16)), vinst)
     with pytest.raises(SpecError, match="no in-place form"):
-        plan(vinst, "direct", "float32", inplace=True)
+        derive_program(vinst, "direct", "float32", inplace=True)
 
 
 def test_a_variable_program_round_trips_as_schema_2_and_a_fixed_one_is_unchanged():
@@ -158,10 +158,10 @@ def test_a_variable_program_round_trips_as_schema_2_and_a_fixed_one_is_unchanged
     data = json.loads(program.to_json())
     assert data["schema"] == 2 and data["count_caps"] == [12] * 9 and data["count_names"][1] == "c(0, 1)"
     assert Program.from_dict(data) == program
-    fixed = plan(instantiate(load_builtin("all-to-all"), 3, 12, 4), "push", "float32").to_dict()
+    fixed = derive_program(instantiate(load_builtin("all-to-all"), 3, 12, 4), "push", "float32").to_dict()
     assert fixed["schema"] == 1 and "count_caps" not in fixed
     assert all(len(ref) == 4 for ch in fixed["lists"] for steps in ch for s in steps for ref in s.get("dsts", []))
-    with pytest.raises(PlanError, match="newer than this purlin-bench understands"):
+    with pytest.raises(ProgramError, match="newer than this purlin-bench understands"):
         Program.from_dict({**data, "schema": 3})
 
 
@@ -174,7 +174,7 @@ def test_counts_are_checked_against_the_program_before_anything_runs():
         with pytest.raises(CountsError, match=message):
             runner.load(x, 0, counts=counts)
     with pytest.raises(CountsError, match="fixed sizes"):
-        check_counts(plan(instantiate(load_builtin("all-gather"), 3, 5, 4), "ring", "float32"), (1, 2, 3))
+        check_counts(derive_program(instantiate(load_builtin("all-gather"), 3, 5, 4), "ring", "float32"), (1, 2, 3))
 
 
 def test_show_prints_slices_as_expressions_of_the_counts():

@@ -19,11 +19,11 @@ import pytest
 from purlin_bench.backends.numpy import NumpyBackend
 from purlin_bench.backends.numpy.blocks import BlockSplitRunner
 from purlin_bench.backends.numpy.executor import NumpyRunner
-from purlin_bench.check import check_program, compare
-from purlin_bench.config import RunConfig
-from purlin_bench.dtypes import DTYPES, REDOPS, random_inputs
-from purlin_bench.measurement import MeasurementService
-from purlin_bench.planner import plan
+from purlin_bench.measure.compare import check_program, compare
+from purlin_bench.base.config import RunConfig
+from purlin_bench.base.dtypes import DTYPES, REDOPS, random_inputs
+from purlin_bench.measure.service import MeasurementService
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.spec.variable import DISTRIBUTIONS, draw_counts
 from purlin_bench.strategies import STRATEGIES
@@ -58,7 +58,7 @@ def test_zeros_one_hot_and_full_counts_on_one_runner(name):
         one = tuple(33 if i == k // 2 else 0 for i in range(k))  # a single pair carries everything
         for strategy in STRATEGIES:
             for params in ({}, {"slice_bytes": 16, "channels": 3}):
-                program = plan(inst, strategy, "float32", params=params)
+                program = derive_program(inst, strategy, "float32", params=params)
                 runner = NumpyRunner(program, seed=ranks)
                 for call, counts in enumerate([(0,) * k, (33,) * k, one, *hot, (0,) * k], start=1):
                     x = random_inputs(rng, program.in_counts, np.dtype(np.float32), program.redop)
@@ -74,7 +74,7 @@ def test_random_inputs_within_each_dtypes_rounding(name, dtype):
     for ranks in (3, 7):
         inst = instantiate(load_builtin(name), ranks, 45, DTYPES[dtype].itemsize)
         for strategy in STRATEGIES:
-            program = plan(inst, strategy, dtype)
+            program = derive_program(inst, strategy, dtype)
             for dist in DISTRIBUTIONS:
                 result = check_program(inst, program, NumpyRunner(program, seed=1), seed=ranks, calls=2, counts=dist)
                 assert result.ok, (ranks, strategy, dist, result)
@@ -85,7 +85,7 @@ def test_the_thread_block_split_runs_variable_sizes():
     for name in VARIABLE:
         inst = instantiate(load_builtin(name), 4, 29, 4)
         for strategy in STRATEGIES:
-            program = plan(inst, strategy, "float32")
+            program = derive_program(inst, strategy, "float32")
             runner = BlockSplitRunner(program, seed=3, blocks=3, threads=2)
             for dist in DISTRIBUTIONS:
                 counts = draw_counts(inst, dist, rng)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from purlin_bench.errors import CountsError, PurlinError, SpecError
+from purlin_bench.base.errors import CountsError, PurlinError, SpecError
 from purlin_bench.spec import instantiate, key_text, load_builtin
 from purlin_bench.spec.loader import parse_spec
 from purlin_bench.spec.variable import DISTRIBUTIONS, at_counts, check_counts, draw_counts, expected_outputs, total

@@ -16,7 +16,7 @@ for k in ('SOCK_STREAM','SOCK_SEQPACKET'):
     s=socket.socket(socket.AF_UNIX,getattr(socket,k))
     try: s.connect(os.environ['CUDA_MPS_PIPE_DIRECTORY']+'/control'); print(k,'connects')
     except OSError as e: print(k,e)
-from purlin_bench.dist.mps import serving; print('serving', serving())"
+from purlin_bench.procs.mps import serving; print('serving', serving())"
 echo quit | CUDA_MPS_PIPE_DIRECTORY=$D/p nvidia-cuda-mps-control; sleep 1; ls -la $D/p; pgrep -fa nvidia-cuda-mps
 echo "== --mps private daemon: the issue's failing check"
 timeout 110 $P check all-reduce --procs 8 --mps --backend cupy --strategy all --dtype float32 --count 65536,262144,1048576 2>&1 | tee $OUT/check-ar-8-mps.log | tail -25

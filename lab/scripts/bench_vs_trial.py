@@ -24,12 +24,12 @@ from datapath_survey import parse_case  # noqa: E402
 
 from purlin_bench.backends import open_backend  # noqa: E402
 from purlin_bench.backends.port import TimingPolicy  # noqa: E402
-from purlin_bench.bench.measure import BenchOptions, Measurer  # noqa: E402
-from purlin_bench.bench.run import instances  # noqa: E402
-from purlin_bench.measurement import MeasurementService  # noqa: E402
+from purlin_bench.tools.bench.measure import BenchOptions, Measurer  # noqa: E402
+from purlin_bench.tools.bench.run import instances  # noqa: E402
+from purlin_bench.measure.service import MeasurementService  # noqa: E402
 from purlin_bench.spec import load_builtin  # noqa: E402
-from purlin_bench.tune.measure import ServiceBench  # noqa: E402
-from purlin_bench.tune.sweep import Bucket  # noqa: E402
+from purlin_bench.tools.tune.measure import ServiceBench  # noqa: E402
+from purlin_bench.tools.tune.sweep import Bucket  # noqa: E402
 
 CASES = [
     "all-reduce:float32:16,64K,1M,16M,256M:auto",

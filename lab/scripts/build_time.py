@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from purlin_bench.backends.cupy import CupyBackend  # noqa: E402
 from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight, options_of  # noqa: E402
 from purlin_bench.backends.cupy.lower import flag_id, lower  # noqa: E402
-from purlin_bench.planner import plan  # noqa: E402
+from purlin_bench.strategies.derive import derive_program  # noqa: E402
 from purlin_bench.spec import instantiate, load_builtin  # noqa: E402
 
 # (collective, strategy, elements, plan parameters, unroll): from the
@@ -69,7 +69,7 @@ def main() -> int:
     rows = []
     for name, strategy, count, params, unroll in PROGRAMS:
         inst = instantiate(load_builtin(name), 8, count, 4)
-        program = plan(inst, strategy, "float32", "sum" if inst.op == "reduce" else None, params, False)
+        program = derive_program(inst, strategy, "float32", "sum" if inst.op == "reduce" else None, params, False)
         low = lower(program, list(range(8)), True, "sm", flag_id)
         weight = build_weight(low)
         if args.max_weight is not None and weight > args.max_weight:

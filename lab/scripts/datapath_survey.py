@@ -21,12 +21,12 @@ import numpy as np
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.executor import KernelSettings
 from purlin_bench.backends.port import TimingPolicy
-from purlin_bench.bench.measure import BenchOptions, Measurer
-from purlin_bench.bench.run import instances
-from purlin_bench.config import RunConfig
-from purlin_bench.errors import PurlinError
-from purlin_bench.measurement import MeasurementService
-from purlin_bench.sizes import parse_bytes
+from purlin_bench.tools.bench.measure import BenchOptions, Measurer
+from purlin_bench.tools.bench.run import instances
+from purlin_bench.base.config import RunConfig
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.measure.service import MeasurementService
+from purlin_bench.base.sizes import parse_bytes
 from purlin_bench.spec import load_builtin
 
 PLAN_KEYS = ("channels", "slice_bytes")

@@ -2,7 +2,7 @@
 a copy (half reads, half writes), for writes alone and for a 1-to-R
 broadcast write, measured in one process on one GPU.
 
-The floor (purlin_bench.roofline) divides the bytes a collective must read
+The floor (purlin_bench.spec.roofline) divides the bytes a collective must read
 and write by the rate of a large cudaMemcpyAsync, which moves as many bytes
 each way. An all-gather or broadcast over R ranks reads each byte once and
 writes it R times: if writes alone run slower than a copy's mix, that floor
@@ -23,7 +23,7 @@ import argparse
 import statistics
 import sys
 
-from purlin_bench.roofline import fanout_share, read_seconds_per_byte
+from purlin_bench.spec.roofline import fanout_share, read_seconds_per_byte
 
 
 def timed(run, stream, reps: int) -> float:

@@ -32,7 +32,7 @@ import sys
 
 from fanout_probe import timed  # lab/scripts/ is this script's own folder on sys.path
 
-from purlin_bench.roofline import fanout_share
+from purlin_bench.spec.roofline import fanout_share
 
 R = 8
 KERNELS = r"""

@@ -27,9 +27,9 @@ from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.compiled import options_of
 from purlin_bench.backends.cupy.timing import StreamCandidate
 from purlin_bench.backends.port import TimingPolicy
-from purlin_bench.bench.run import instances
-from purlin_bench.config import RunConfig
-from purlin_bench.measurement import MeasurementService, rotation_sets
+from purlin_bench.tools.bench.run import instances
+from purlin_bench.base.config import RunConfig
+from purlin_bench.measure.service import MeasurementService, rotation_sets
 from purlin_bench.spec import load_builtin
 
 RANKS = 8

@@ -18,7 +18,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-from purlin_bench.sizes import format_bytes
+from purlin_bench.base.sizes import format_bytes
 
 SMALL = 64 << 10
 LARGE = 256 << 20

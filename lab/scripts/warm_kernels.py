@@ -55,7 +55,7 @@ def build(variant: tuple) -> str | None:
 
 def check_jobs(ranks: str, counts: str, dtypes: str) -> list[tuple]:
     """(combination, instance) of every job of that check matrix (not its n/a rows)."""
-    from purlin_bench.cli import check_matrix as m
+    from purlin_bench.tools import check as m
     from purlin_bench.spec import load_all_builtin
 
     request = m.Request(
@@ -76,9 +76,9 @@ _SERVICES: dict[int, object] = {}  # this worker's, one per rank count (as the c
 
 def build_compiled(job: tuple) -> str | None:
     from purlin_bench.backends.cupy import CupyBackend
-    from purlin_bench.config import RunConfig
-    from purlin_bench.errors import PurlinError
-    from purlin_bench.measurement import MeasurementService
+    from purlin_bench.base.config import RunConfig
+    from purlin_bench.base.errors import PurlinError
+    from purlin_bench.measure.service import MeasurementService
 
     combo, inst = job
     if combo.ranks not in _SERVICES:

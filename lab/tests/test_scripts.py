@@ -14,9 +14,9 @@ from datapath_survey import SETS, parse_case
 
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.port import check_params
-from purlin_bench.bench.run import instances
-from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.planner import plan
+from purlin_bench.tools.bench.run import instances
+from purlin_bench.base.dtypes import resolve_dtype
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import load_builtin
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -26,11 +26,12 @@ CASES = sorted({case for cases in SETS.values() for case in cases})
 @pytest.mark.parametrize("case", CASES)
 def test_every_case_of_every_set_plans(case):
     name, dtype, sizes, config = parse_case(case)
-    check_params(CupyBackend, dict(config.exec_params))  # a PlanError names an unknown or out-of-domain one
+    check_params(CupyBackend, dict(config.exec_params))  # a ProgramError names an unknown or out-of-domain one
     spec = load_builtin(name)
     canonical, _ = resolve_dtype(dtype)
-    for _, inst in instances(spec, sizes, 8, canonical, 0):
-        plan(inst, config.strategy, canonical, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
+    for row in instances(spec, sizes, 8, canonical, 0):
+        inst = row.inst
+        derive_program(inst, config.strategy, canonical, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
 
 
 def test_the_compiled_warm_up_builds_what_the_check_runs():
@@ -105,13 +106,13 @@ def test_the_build_time_programs_straddle_the_bound():
 
     from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
     from purlin_bench.backends.cupy.lower import flag_id, lower
-    from purlin_bench.errors import CapacityError
+    from purlin_bench.base.errors import CapacityError
     from purlin_bench.spec import instantiate
 
     taken = []
     for name, strategy, count, params, unroll in PROGRAMS:
         inst = instantiate(load_builtin(name), 8, count, 4)
-        program = plan(inst, strategy, "float32", "sum" if inst.op == "reduce" else None, params, False)
+        program = derive_program(inst, strategy, "float32", "sum" if inst.op == "reduce" else None, params, False)
         fits = build_weight(lower(program, list(range(8)), True, "sm", flag_id)) <= MAX_BUILD_WEIGHT
         assert "purlin_compiled" in CupyBackend(8).source(program, bounded=False, kernel="compiled", unroll=unroll)
         if not fits:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from importlib import import_module
 
 from purlin_bench.backends.port import Backend
-from purlin_bench.config import Param
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.config import Param
+from purlin_bench.base.errors import PurlinError
 
 # name -> module; ``auto`` takes the first available in AUTO_ORDER.
 _BACKENDS = {

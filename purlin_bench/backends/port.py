@@ -10,7 +10,7 @@ on the device for a GPU) and times **candidates** side by side: its own
 runners and the baselines that run on its layout ("the plain code a user
 would write": a registry of their own, purlin_bench/baselines/, one file each).
 
-The measurement service (purlin_bench.measurement) is the only caller of
+The measurement service (purlin_bench.measure.service) is the only caller of
 most of this; check, bench, tune and the Python API go through it.
 """
 
@@ -24,12 +24,12 @@ from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import numpy as np
 
-from purlin_bench.config import Param, RunConfig
-from purlin_bench.hardware import Fingerprint
+from purlin_bench.base.config import Param, RunConfig
+from purlin_bench.base.hardware import Fingerprint
 from purlin_bench.program.model import Program
-from purlin_bench.roofline import Bandwidth
+from purlin_bench.spec.roofline import Bandwidth
 from purlin_bench.spec.instance import Instance
-from purlin_bench.timing import Timing
+from purlin_bench.base.timing import Timing
 
 
 # The timing kind of device times; every other kind (the CPU reference's
@@ -273,7 +273,7 @@ class Backend(ABC):
     @abstractmethod
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> Runner:
         """A runner for ``program``; unknown or out-of-domain ``params`` are
-        refused with a PlanError naming them."""
+        refused with a ProgramError naming them."""
 
     @abstractmethod
     def reference(self, runner: Runner, inst: Instance, inputs: Sequence[np.ndarray]) -> Reference:
@@ -292,7 +292,7 @@ class Backend(ABC):
     def source(self, program: Program, **params: Any) -> str:
         """The device code this backend would generate for ``program`` with
         ``params`` (``purlin show --source``); needs no device."""
-        from purlin_bench.errors import PurlinError
+        from purlin_bench.base.errors import PurlinError
 
         raise PurlinError(f"backend {self.name} generates no source for a program")
 
@@ -306,14 +306,16 @@ class Backend(ABC):
 
 def check_params(backend: type[Backend], params: dict[str, Any]) -> dict[str, Any]:
     """``params`` checked against ``backend``'s datapath parameters, with
-    their defaults filled in; a PlanError names what is wrong."""
-    from purlin_bench.errors import PlanError
+    their defaults filled in; a ProgramError names what is wrong."""
+    from purlin_bench.base.errors import ProgramError
 
     known = {p.name: p for p in backend.params}
     unknown = set(params) - set(known)
     if unknown:
         listed = ", ".join(known) or "none"
-        raise PlanError(f"unknown datapath parameter(s) {sorted(unknown)} for backend {backend.name} (known: {listed})")
+        raise ProgramError(
+            f"unknown datapath parameter(s) {sorted(unknown)} for backend {backend.name} (known: {listed})"
+        )
     return {p.name: p.check(params.get(p.name, p.default)) for p in backend.params}
 
 
@@ -328,7 +330,7 @@ def unsupported(backend: type[Backend], program: Program) -> str | None:
 
 def check_inputs(program: Program, inputs: Sequence[np.ndarray]) -> None:
     """Per-rank inputs of ``program``'s shapes, or an ExecutionError naming the first that is not."""
-    from purlin_bench.errors import ExecutionError
+    from purlin_bench.base.errors import ExecutionError
 
     if len(inputs) != program.ranks:
         raise ExecutionError(f"expected {program.ranks} input arrays, got {len(inputs)}")

@@ -13,11 +13,11 @@ and answer each; nothing of the command line runs there.
   reads every rank's outputs, so ``#wrong`` counts every rank's elements.
 * Every wait is bounded by the watchdog the user set (PURLIN_WATCHDOG_S): a
   flag wait by its length, a wait on a peer (an answer, a barrier, the next
-  command) by the peer's silence (dist/liveness.py), so a stopped or frozen
+  command) by the peer's silence (procs/liveness.py), so a stopped or frozen
   rank is named within it while a long command on a live one goes on;
   ``COMMAND_S`` and ``IDLE_S`` are only backstops for a live peer that never
   answers. A rank that dies is a DistError naming it and the step (our
-  launcher aborts the run, dist/launch.py), and a lost rank ends the run.
+  launcher aborts the run, procs/launch.py), and a lost rank ends the run.
 * A rank that fails a command cancels that command's scope (Group.scope):
   every other rank's waits in it stop at once. After a failed call or
   timing, every rank resets the runners' flags before the error is raised,
@@ -35,15 +35,15 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from purlin_bench.backends.port import Backend, Runner, TimingPolicy
-from purlin_bench.dist import Group, RankEnv, channel, connect
-from purlin_bench.dist.errors import Cancelled, DistError, error_kind, error_of
-from purlin_bench.dist.liveness import silence_bound
-from purlin_bench.dist.shm import remove_run_dir, run_dir
-from purlin_bench.errors import CallAborted, ExecutionError, PlanError, PurlinError
-from purlin_bench.hardware import Fingerprint
+from purlin_bench.procs import Group, RankEnv, channel, connect
+from purlin_bench.procs.errors import Cancelled, DistError, error_kind, error_of
+from purlin_bench.procs.liveness import silence_bound
+from purlin_bench.procs.shm import remove_run_dir, run_dir
+from purlin_bench.base.errors import CallAborted, ExecutionError, ProgramError, PurlinError
+from purlin_bench.base.hardware import Fingerprint
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
-from purlin_bench.timing import Timing
+from purlin_bench.base.timing import Timing
 
 # How long a flag wait may take with ranks in processes: on one GPU they are
 # time-sliced (milliseconds a cross-process wait), on two CI cores five
@@ -126,7 +126,7 @@ def leave() -> None:
         procs.group.close()
 
 
-# -- the command channel (dist/channel.py) ---------------------------------------
+# -- the command channel (procs/channel.py) ---------------------------------------
 def _send(procs: Procs, command: tuple) -> None:
     channel.send(procs.group, command)
 
@@ -195,13 +195,13 @@ class Driver(Backend):
         except DistError as exc:
             raise type(exc)(f"{exc}; rank 0 meanwhile: {failure}") from None
         except PurlinError as exc:
-            only_refused = isinstance(failure, PlanError) and not isinstance(exc, (PlanError, Cancelled))
+            only_refused = isinstance(failure, ProgramError) and not isinstance(exc, (ProgramError, Cancelled))
             # A call rank 0 left because another rank's wait timed out says
             # less than that rank's timeout, which names the flag.
             only_aborted = isinstance(failure, CallAborted) and not isinstance(exc, (Cancelled, CallAborted))
             if isinstance(failure, Cancelled) or only_refused or only_aborted:
                 raise  # rank 0 only stopped (or refused) where this rank failed: say that one
-        kind = error_kind(failure) if isinstance(failure, (PlanError, CallAborted)) else None
+        kind = error_kind(failure) if isinstance(failure, (ProgramError, CallAborted)) else None
         raise error_of(kind, f"rank 0: {failure}") from None
 
     def describe(self) -> str:
@@ -251,7 +251,7 @@ class Driver(Backend):
                 return made[0]
 
             local = self._command(("prepare", rid, program, sets, params), "prepare", mine)[0]
-        except (ExecutionError, PlanError):  # PlanError: a rank's refusal (the compiled build bound)
+        except (ExecutionError, ProgramError):  # ProgramError: a rank's refusal (the compiled build bound)
             for runner in made:  # this rank's, where another rank refused
                 runner.close()
             if not self.lost:  # the ranks that did prepare it let it go

@@ -27,7 +27,7 @@ from importlib import import_module
 from typing import Any
 
 from purlin_bench.backends.port import GPUS, LAYOUTS, PROCS, PROCS_SHARED, VIRTUAL
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 from purlin_bench.spec.instance import Instance
 
 

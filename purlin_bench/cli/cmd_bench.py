@@ -10,19 +10,19 @@ from rich.markup import escape
 from purlin_bench.backends import AUTO, REFERENCE, make, names, resolve as resolve_backend
 from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
-from purlin_bench.bench.measure import DEFAULT, BenchOptions, Measurer
-from purlin_bench.bench import nccl_log
-from purlin_bench.bench.report import TableLayout, summary, write_csv, write_json
-from purlin_bench.bench.run import Choice, configs_for, instances
-from purlin_bench.bench.sizes import sweep
+from purlin_bench.tools.bench.measure import DEFAULT, BenchOptions, Measurer
+from purlin_bench.tools.bench import nccl_log
+from purlin_bench.tools.bench.report import TableLayout, summary, write_csv, write_json
+from purlin_bench.tools.bench.run import Choice, configs_for, instances
+from purlin_bench.tools.bench.sizes import sweep
 from purlin_bench.cli import common, limits, outputs
 from purlin_bench.cli.targets import many_specs
-from purlin_bench.dtypes import REDOPS, resolve_dtype
-from purlin_bench.errors import PurlinError
-from purlin_bench.measurement import MeasurementService
-from purlin_bench.sizes import counted, parse_bytes
+from purlin_bench.base.dtypes import REDOPS, resolve_dtype
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.measure.service import MeasurementService
+from purlin_bench.base.sizes import counted, parse_bytes
 from purlin_bench.strategies import get_strategy
-from purlin_bench.textfile import is_stream
+from purlin_bench.base.textfile import is_stream
 from purlin_bench.spec.variable import DISTRIBUTIONS
 
 ORDER = 40
@@ -220,8 +220,8 @@ def bench(
     failed = any(r.out_of_place.nwrong or (r.in_place and r.in_place.nwrong) for r in records)
     save(complete=True)
     if plot_out:
-        from purlin_bench.bench.plot import plot_rows
-        from purlin_bench.bench.report import json_row
+        from purlin_bench.tools.bench.plot import plot_rows
+        from purlin_bench.tools.bench.report import json_row
 
         plot_rows([json_row(r) for r in records], plot_out, f"{', '.join(s.name for s in specs)} on {where}")
     if failed:
@@ -253,7 +253,7 @@ def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, 
     exec_overrides = common.refuse_foreign_params(backend, exec_options)
     if plan is None:
         return Choice(strategy, plan_overrides, exec_overrides)
-    from purlin_bench.plans import plan_lookup
+    from purlin_bench.plans.load import plan_lookup
 
     lookup = plan_lookup(plan, backend=backend.name, ranks=ranks, dtype=dtype, gpus=gpus, collectives=collectives)
     return Choice(strategy, plan_overrides, exec_overrides, lookup)

@@ -13,14 +13,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer.core import TyperCommand
 
-from purlin_bench.cli import check_matrix as m
+from purlin_bench.tools import check as m
 from purlin_bench.cli.limits import check_check
 from purlin_bench.cli.common import (console, err_console, gpu_devices, int_list, invocation, note, param_help,
                                      refuse_foreign_params)
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.cli.targets import many_specs
 from purlin_bench.backends import AUTO, REFERENCE, names, resolve
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 
 ORDER = 30
 # Below this many runs a progress bar only flickers.

@@ -8,10 +8,10 @@ from typing import Optional
 
 import typer
 
-from purlin_bench.textfile import write_output
+from purlin_bench.base.textfile import write_output
 from purlin_bench.cli.outputs import check_output
-from purlin_bench.export import formats, render, require_format
-from purlin_bench.planfile import load_plan_file
+from purlin_bench.tools.export import formats, render, require_format
+from purlin_bench.plans import load_plan_file
 
 ORDER = 60
 

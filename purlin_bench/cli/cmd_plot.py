@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from purlin_bench.bench.plot import load_rows, plot_rows
+from purlin_bench.tools.bench.plot import load_rows, plot_rows
 from purlin_bench.cli.outputs import check_plot
 
 ORDER = 45

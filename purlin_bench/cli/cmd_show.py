@@ -9,12 +9,12 @@ import typer
 from purlin_bench.cli.common import console
 from purlin_bench.cli.limits import check_plan_param, check_ranks
 from purlin_bench.cli.targets import one_spec
-from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import PurlinError
-from purlin_bench.heuristics import default_plan
-from purlin_bench.planner import plan
+from purlin_bench.base.dtypes import resolve_dtype
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.strategies.default import untuned_config
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.render import render_rich
-from purlin_bench.sizes import parse_bytes
+from purlin_bench.base.sizes import parse_bytes
 from purlin_bench.spec.instance import instantiate
 
 ORDER = 20
@@ -64,9 +64,9 @@ def show(
     name, np_dtype = resolve_dtype(dtype)
     inst = instantiate(spec, ranks, count, np_dtype.itemsize, root if spec.rooted else 0)
     if strategy == "auto":
-        strategy = default_plan(inst).strategy
+        strategy = untuned_config(inst).strategy
     params = {"slice_bytes": parse_bytes(slice_bytes, "--slice-bytes"), "channels": channels}
-    program = plan(inst, strategy, name, params=params, inplace=inplace)
+    program = derive_program(inst, strategy, name, params=params, inplace=inplace)
     if as_json:
         print(program.to_json(indent=2))
         return

@@ -20,11 +20,11 @@ from rich.table import Table
 from rich.text import Text
 
 from purlin_bench.cli import common, limits, outputs
-from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.backends import AUTO, names, resolve as resolve_backend
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
-from purlin_bench.errors import PurlinError
-from purlin_bench.sizes import counted, parse_bytes
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.base.sizes import counted, parse_bytes
 from purlin_bench.cli.targets import many_specs
 
 ORDER = 50
@@ -78,12 +78,12 @@ def tune(
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
     mps: bool = typer.Option(False, "--mps", help=MPS_HELP),
 ) -> int:
-    # Imported here: they pull Optuna's storage layer and the planner in.
-    from purlin_bench.tune.driver import TuneRequest, check_targets, plan_jobs, run_tune
-    from purlin_bench.tune.storage import check_url, default_storage_url, open_storage
-    from purlin_bench.tune.sweep import resolve_sweep
-    from purlin_bench.tune.tuner import SAMPLERS, TuneSettings
-    from purlin_bench.plans import default_results_dir
+    # Imported here: they pull Optuna's storage layer and the strategies in.
+    from purlin_bench.tools.tune.driver import TuneRequest, check_targets, plan_jobs, run_tune
+    from purlin_bench.tools.tune.storage import check_url, default_storage_url, open_storage
+    from purlin_bench.tools.tune.sweep import resolve_sweep
+    from purlin_bench.tools.tune.tuner import SAMPLERS, TuneSettings
+    from purlin_bench.plans.load import default_results_dir
 
     limits.check_given(sizes, "--sizes")
     limits.check_given(ranks, "--ranks")

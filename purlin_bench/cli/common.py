@@ -7,7 +7,7 @@ import sys
 
 from typing import TYPE_CHECKING, Any
 
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 
 if TYPE_CHECKING:
     from rich.console import Console

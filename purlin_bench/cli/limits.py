@@ -7,9 +7,9 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from purlin_bench.errors import PurlinError
-from purlin_bench.sizes import counted
-from purlin_bench.measurement import sets_for
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.base.sizes import counted
+from purlin_bench.measure.service import sets_for
 from purlin_bench.spec.instance import MAX_RANKS, MAX_RANKS_WHY, Instance
 from purlin_bench.strategies.base import COMMON_PARAMS
 
@@ -22,7 +22,7 @@ def check_ranks(counts: Iterable[int], option: str = "--ranks") -> None:
 
 def check_plan_param(name: str, value: int | None, option: str) -> None:
     """A strategy parameter given on the command line, in its domain (the
-    same Param the planner checks, so the CLI and plans agree)."""
+    same Param derive_program checks, so the CLI and plans agree)."""
     if value is None:
         return
     param = next(p for p in COMMON_PARAMS if p.name == name)
@@ -109,8 +109,8 @@ def check_bench(specs, maxbytes: str | None, backend: str, ranks: int, gpus: str
     """purlin bench's bounds, before the backend starts: the rank count,
     --op on copy collectives, and the memory the largest size needs."""
     from purlin_bench.backends import resolve as resolve_backend
-    from purlin_bench.dtypes import resolve_dtype
-    from purlin_bench.sizes import parse_bytes
+    from purlin_bench.base.dtypes import resolve_dtype
+    from purlin_bench.base.sizes import parse_bytes
     from purlin_bench.spec.instance import instantiate
 
     if gpus is None:
@@ -125,7 +125,7 @@ def check_bench(specs, maxbytes: str | None, backend: str, ranks: int, gpus: str
         if not spec.supports_ranks(ranks):
             continue
         if spec.variable:  # the row's own instance: its buffers hold the largest of its counts
-            from purlin_bench.bench.run import instances
+            from purlin_bench.tools.bench.run import instances
 
             inst = instances(spec, [top], ranks, dtype, 0, distribution)[0].inst
         else:
@@ -138,7 +138,7 @@ def check_bench(specs, maxbytes: str | None, backend: str, ranks: int, gpus: str
 def check_tune(jobs, sweep, backend) -> None:
     """purlin tune's memory bound, as bench has it: each job at the largest
     size its buckets probe (a trial, the default and the finalists' sets)."""
-    from purlin_bench.dtypes import DTYPES
+    from purlin_bench.base.dtypes import DTYPES
     from purlin_bench.spec.instance import instantiate
 
     top = max(max(b.probe_bytes) for b in sweep.buckets)
@@ -153,8 +153,8 @@ def check_tune(jobs, sweep, backend) -> None:
 def check_check(request, backend) -> None:
     """purlin check's bounds: rank counts, --op on copy collectives, and the
     memory of the largest count of each collective."""
-    from purlin_bench.dtypes import DTYPES
-    from purlin_bench.errors import SpecError
+    from purlin_bench.base.dtypes import DTYPES
+    from purlin_bench.base.errors import SpecError
     from purlin_bench.spec.instance import instantiate
 
     check_ranks(request.ranks)

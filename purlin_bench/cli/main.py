@@ -6,7 +6,7 @@ with their one-line help. A module is imported only when its command runs (or
 shows its own --help): the commands pull in NumPy, ml_dtypes and the backends,
 which take seconds to import on a slow machine, and ``purlin --help`` needs
 none of them. tests/test_cli.py checks COMMANDS against the modules.
-Errors a user can cause (:class:`~purlin_bench.errors.PurlinError`, bad
+Errors a user can cause (:class:`~purlin_bench.base.errors.PurlinError`, bad
 options) print one line on stderr and exit non-zero; a traceback means a bug.
 """
 
@@ -30,7 +30,7 @@ except ImportError:  # older typer depends on click itself
 
 import purlin_bench
 from purlin_bench.cli import common, procs
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 
 # name -> one line for `purlin --help` (the command's docstring says more).
 COMMANDS = {

@@ -11,8 +11,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from purlin_bench.errors import PurlinError
-from purlin_bench.textfile import is_stream, output_refusal
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.base.textfile import is_stream, output_refusal
 
 
 def check_output(path: str | Path | None, option: str) -> None:

@@ -1,7 +1,7 @@
 """``--procs N``: one process per rank, started by us or by torchrun.
 
 In the process a user starts, ``--procs 2,4`` starts one run per count
-(dist/launch.py), each of the same command line less ``--procs`` and
+(procs/launch.py), each of the same command line less ``--procs`` and
 ``--gpus`` (the launcher maps ranks to GPUs round-robin), and exits with the
 first failure's code. Inside a run (ours, or ``torchrun --nproc-per-node N
 -m purlin_bench ...``), :func:`enter` joins it before any command runs: rank
@@ -15,7 +15,7 @@ import json
 import os
 import sys
 
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 
 # Options the launcher consumes: the children get the command without them.
 _LAUNCH_OPTIONS = ("--procs", "--gpus")
@@ -50,7 +50,7 @@ def enter(argv: list[str]) -> int | None:
     rank 0 (go on with the command), else the worker's exit code."""
     if not _started_as_rank(argv):
         return None
-    from purlin_bench.dist import from_environ
+    from purlin_bench.procs import from_environ
 
     env = from_environ()
     if env is None:
@@ -151,14 +151,14 @@ def launch(counts: list[int], gpus: list[int] | None, argv: list[str], mps: bool
         raise PurlinError("--procs starts its own processes; under torchrun (or inside a run) leave it out")
     if not mps:
         return _launch(counts, gpus, argv)
-    from purlin_bench.dist.mps import PrivateMps
+    from purlin_bench.procs.mps import PrivateMps
 
     with PrivateMps():
         return _launch(counts, gpus, argv)
 
 
 def _launch(counts: list[int], gpus: list[int] | None, argv: list[str]) -> int:
-    from purlin_bench.dist.launch import launch as start
+    from purlin_bench.procs.launch import launch as start
 
     child = [a for a in _without(argv, _LAUNCH_OPTIONS) if a not in _LAUNCH_FLAGS]
     # Rank 0 records the command a user typed (results files say it).

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from purlin_bench.cli.common import note
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 from purlin_bench.spec.loader import CollectiveSpec, load_all_builtin, load_spec_file, resolve
 
 

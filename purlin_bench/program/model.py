@@ -36,7 +36,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Union
 
-from purlin_bench.errors import PlanError
+from purlin_bench.base.errors import ProgramError
 
 # The newest program schema this reader understands. Programs with variable
 # sizes are written as schema 2 (refs carry the symbolic part), so an older
@@ -228,7 +228,7 @@ class Program:
         try:
             schema = int(data["schema"])
             if schema > SCHEMA_VERSION:
-                raise PlanError(
+                raise ProgramError(
                     f"program schema {schema} is newer than this purlin-bench understands "
                     f"({SCHEMA_VERSION}); upgrade purlin-bench"
                 )
@@ -255,10 +255,10 @@ class Program:
                 count_names=tuple(str(x) for x in data.get("count_names", ())),
                 count_caps=tuple(int(x) for x in data.get("count_caps", ())),
             )
-        except PlanError:
+        except ProgramError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise PlanError(f"not a valid program: {type(exc).__name__}: {exc}") from None
+            raise ProgramError(f"not a valid program: {type(exc).__name__}: {exc}") from None
 
 
 def _ref_to_list(ref: Ref) -> list:

@@ -26,7 +26,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step, StepId
 from purlin_bench.program.variable import runtime_text
 

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import numpy as np
 
-from purlin_bench.errors import DeadlockError
+from purlin_bench.base.errors import DeadlockError
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Step, StepId
 
 

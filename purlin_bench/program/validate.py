@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from purlin_bench.errors import DeadlockError, PlanError
+from purlin_bench.base.errors import DeadlockError, ProgramError
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step, StepId
 from purlin_bench.program.schedule import Walk
 from purlin_bench.program.variable import ref_problem, step_clip_problem
@@ -61,7 +61,7 @@ Term = tuple[tuple[int, int], ...]
 MAX_STEPS = 400_000
 
 
-class ProgramInvalid(PlanError):
+class ProgramInvalid(ProgramError):
     """A program breaks a SNAC rule; the message names the step and the rule."""
 
 
@@ -270,7 +270,7 @@ class _Validator:
             order: list[tuple[StepId, Step]] = list(walk.order())
         except DeadlockError:
             # A program that can deadlock is an invalid program, not a failed run:
-            # callers (the planner's in-place reroute) catch ProgramInvalid.
+            # callers (derive_program.s in-place reroute) catch ProgramInvalid.
             raise self.fail(None, f"deadlocks: {walk.blocked()}") from None
         number = {sid: k for k, (sid, _) in enumerate(order)}
         clocks = np.full((len(order), nlists), -1, dtype=np.int64)

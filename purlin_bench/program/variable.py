@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Sequence
 
-from purlin_bench.errors import CountsError
+from purlin_bench.base.errors import CountsError
 from purlin_bench.program.model import FIXED_SCHEMA, Consume, Program, Ref, Stage, Step
 
 

@@ -30,11 +30,11 @@ from typing import Sequence
 
 import numpy as np
 
-from purlin_bench.dtypes import accumulate
-from purlin_bench.errors import SpecError
+from purlin_bench.base.dtypes import accumulate
+from purlin_bench.base.errors import SpecError
 from purlin_bench.spec.expr import ExprError
 from purlin_bench.spec.loader import MAX_CHUNKS, CollectiveSpec
-from purlin_bench.sizes import counted
+from purlin_bench.base.sizes import counted
 
 ChunkKey = tuple  # ("c", 3) or ("c",)
 
@@ -183,7 +183,7 @@ def _run_position(inner, outer) -> int | None:
 
 # The most ranks anything is built for. Two things hold only up to 64: the
 # exact inputs (sums of values in [-4, 4] over 64 ranks stay below 256, which
-# bfloat16 still holds: purlin_bench/inputs.py) and the GPU kernel's slice
+# bfloat16 still holds: purlin_bench/base/inputs.py) and the GPU kernel's slice
 # bases, kept in shared memory for 64 ranks (MAX_SHARED_BASES in atoms/snac.cu).
 MAX_RANKS = 64
 MAX_RANKS_WHY = "exact checked inputs and the GPU kernel's shared-memory slice bases hold for at most 64"

@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from purlin_bench.errors import SpecError
-from purlin_bench.resources import data_dir
+from purlin_bench.base.errors import SpecError
+from purlin_bench.base.resources import data_dir
 from purlin_bench.spec.expr import Expr, ExprError, parse
-from purlin_bench.yamlfile import read_yaml
-from purlin_bench.sizes import counted
+from purlin_bench.base.yamlfile import read_yaml
+from purlin_bench.base.sizes import counted
 
 BASE_NAMES = frozenset({"r", "R", "root"})
 OPS = ("copy", "reduce")
@@ -45,7 +45,7 @@ LOAD_CHECK_RANKS = range(1, 9)
 # nested range(R) loops 4160 iterations; a loop over range(10**9) would take
 # hours and all memory before anything failed, so each loop's length is
 # checked against what is left before it runs. (Python evaluates about 250k
-# iterations a second, and a program has at most planner.MAX_STEPS steps.)
+# iterations a second, and a program has at most derive.MAX_STEPS steps.)
 MAX_CHUNKS = 1 << 14
 ITERATION_NODES = 8
 

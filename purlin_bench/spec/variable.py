@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from purlin_bench.errors import CountsError
+from purlin_bench.base.errors import CountsError
 from purlin_bench.spec.instance import Instance, _coalesce, _place, key_text
 
 # How a check or bench draws a call's counts (``--counts``):

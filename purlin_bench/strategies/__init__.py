@@ -1,13 +1,13 @@
 """Orchestration strategies, one plug-in per file, behind a small registry.
 
 Each strategy reads an instance's dataflow (never the collective's name) and
-emits SNAC data steps; :mod:`purlin_bench.planner` adds the call protocol and
+emits SNAC data steps; :mod:`purlin_bench.strategies.derive` adds the call protocol and
 validates the result.
 """
 
 from __future__ import annotations
 
-from purlin_bench.errors import PlanError
+from purlin_bench.base.errors import ProgramError
 from purlin_bench.strategies import direct, push, ring, two_shot
 from purlin_bench.strategies.base import Strategy
 
@@ -18,7 +18,7 @@ STRATEGIES: dict[str, Strategy] = {
 
 def get_strategy(name: str) -> Strategy:
     if name not in STRATEGIES:
-        raise PlanError(f"unknown strategy '{name}' (known: {', '.join(STRATEGIES)})")
+        raise ProgramError(f"unknown strategy '{name}' (known: {', '.join(STRATEGIES)})")
     return STRATEGIES[name]
 
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from purlin_bench.config import Param
-from purlin_bench.errors import PlanError
+from purlin_bench.base.config import Param
+from purlin_bench.base.errors import ProgramError
 from purlin_bench.program.model import VARIABLE_SCHEMA, Consume, FlagRef, Notify, Program, Ref, Stage, Step
 from purlin_bench.spec.instance import Flow, Instance, key_text
 
@@ -33,7 +33,7 @@ ALIGN_BYTES = 16
 
 # Most channels a rank may have. Each is a thread-block group on a GPU; 64
 # per rank is already more groups than an H200's 132 SMs hold for 8 ranks, and
-# a program's steps grow with channels against planner.MAX_STEPS. Without a
+# a program's steps grow with channels against derive.MAX_STEPS. Without a
 # bound, --channels 100000 spent minutes building empty step lists.
 MAX_CHANNELS = 64
 
@@ -55,7 +55,9 @@ def check_params(strategy: str, params: dict[str, Any], specs: tuple[Param, ...]
     known = {p.name: p for p in specs}
     unknown = set(params) - set(known)
     if unknown:
-        raise PlanError(f"unknown parameter(s) {sorted(unknown)} for strategy '{strategy}' (known: {', '.join(known)})")
+        raise ProgramError(
+            f"unknown parameter(s) {sorted(unknown)} for strategy '{strategy}' (known: {', '.join(known)})"
+        )
     return {name: spec.check(params.get(name, spec.default), f"strategy '{strategy}'") for name, spec in known.items()}
 
 

@@ -1,5 +1,6 @@
-"""purlin's collectives inside a torch.distributed job (a serving stack's
-tensor-parallel group): one process per rank, CUDA IPC between them.
+"""purlin's collectives in a torch.distributed job: a Communicator, one process per rank.
+
+In a serving stack's tensor-parallel group, CUDA IPC between the processes.
 
     comm = Communicator(tp_group)              # collective: every rank of the group
     if comm.should_use(x):
@@ -23,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from purlin_bench.errors import ExecutionError, PurlinError, WatchdogTimeout
+from purlin_bench.base.errors import ExecutionError, PurlinError, WatchdogTimeout
 from purlin_bench.spec.loader import resolve
 
 __all__ = ["Communicator"]
@@ -324,7 +325,7 @@ class Communicator:
                 f"same calls in the same order"
             )
         config = said[0][1]
-        from purlin_bench.measurement import MeasurementService
+        from purlin_bench.measure.service import MeasurementService
 
         program = MeasurementService(self.backend).program(inst, config, dtype, redop)
         with self.backend.guard():

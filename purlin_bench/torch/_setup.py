@@ -13,13 +13,13 @@ from typing import Any
 
 from purlin_bench.backends import AUTO_ORDER, backend_class
 from purlin_bench.backends.port import Backend
-from purlin_bench.config import RunConfig
-from purlin_bench.dist import Group, StoreServer
-from purlin_bench.dist.env import store_over_torch
-from purlin_bench.errors import PurlinError
-from purlin_bench.measurement import MeasurementService
-from purlin_bench.planfile import ArtifactError, load_plan_file, plan_path
-from purlin_bench.plans import TunedCollective, default_results_dir
+from purlin_bench.base.config import RunConfig
+from purlin_bench.procs import Group, StoreServer
+from purlin_bench.procs.env import store_over_torch
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.measure.service import MeasurementService
+from purlin_bench.plans import ArtifactError, load_plan_file, plan_path
+from purlin_bench.plans.load import TunedCollective, default_results_dir
 from purlin_bench.spec.instance import MAX_RANKS, Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
 

@@ -1,14 +1,14 @@
 # Why the tuner and bench disagree: one buffer set (tuner) vs rotating sets (bench).
-from purlin_bench.bench.gpu_check import expected_outputs, run_and_count_wrong
-from purlin_bench.bench.inputs import exact_inputs
-from purlin_bench.bench.run import instances
-from purlin_bench.config import RunConfig
-from purlin_bench.dtypes import resolve_dtype
+from purlin_bench.tools.bench.gpu_check import expected_outputs, run_and_count_wrong
+from purlin_bench.tools.bench.inputs import exact_inputs
+from purlin_bench.tools.bench.run import instances
+from purlin_bench.base.config import RunConfig
+from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.executors import get_executor
 from purlin_bench.executors.cupy_timing import time_side_by_side
-from purlin_bench.planner import plan
+from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import load_builtin
-from purlin_bench.heuristics import default_config
+from purlin_bench.strategies.default import default_config
 
 ex = get_executor("cupy")
 spec = load_builtin("all-reduce")
@@ -18,7 +18,7 @@ for dtype in ("bfloat16", "float32"):
         _, npd = resolve_dtype(dtype)
         cands, names = [], []
         for cname, cfg in (("plan", plan_cfg), ("default", default_config(inst, "cupy", True))):
-            prog = plan(inst, cfg.strategy, dtype, None, dict(cfg.plan_params))
+            prog = derive_program(inst, cfg.strategy, dtype, None, dict(cfg.plan_params))
             inputs = exact_inputs(prog.in_counts, npd, prog.redop)
             for sets in (1, 8):
                 r = ex.prepare(prog, sets=sets, **dict(cfg.exec_params))

@@ -14,14 +14,14 @@ import numpy as np
 
 from purlin_bench.backends.cupy.executor import DEFAULT_TIMEOUT_S, PARAMS, CupyRunner, KernelSettings
 from purlin_bench.backends.port import PROCS_SHARED, Backend, TimingPolicy, check_params
-from purlin_bench.config import RunConfig
-from purlin_bench.dtypes import DTYPES, resolve_dtype
-from purlin_bench.errors import ExecutionError, PurlinError
-from purlin_bench.hardware import Fingerprint
+from purlin_bench.base.config import RunConfig
+from purlin_bench.base.dtypes import DTYPES, resolve_dtype
+from purlin_bench.base.errors import ExecutionError, PurlinError
+from purlin_bench.base.hardware import Fingerprint
 from purlin_bench.program.model import Program
-from purlin_bench.roofline import Bandwidth
+from purlin_bench.spec.roofline import Bandwidth
 from purlin_bench.spec.instance import Instance
-from purlin_bench.timing import Timing
+from purlin_bench.base.timing import Timing
 
 # Copy engines beat the SM copy loop once every flow is this large (H200,
 # docs/decisions.md, D5: with 2 MiB flows they ran at 0.8-1.0x the speed of SM
@@ -175,14 +175,14 @@ class CupyBackend(Backend):
         make thousands of ops: the interpreter runs those)."""
         from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
         from purlin_bench.backends.cupy.lower import flag_id, lower
-        from purlin_bench.planner import plan
+        from purlin_bench.strategies.derive import derive_program
 
         # Any dtype of the element size: a program's ops depend on the size alone.
         dtype = next(name for name, d in DTYPES.items() if d.itemsize == inst.itemsize)
         redop = "sum" if inst.op == "reduce" else None
         for inplace in (False, True) if inst.inplace_refusal() is None else (False,):
             try:
-                program = plan(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
+                program = derive_program(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
                 if build_weight(lower(program, list(range(inst.ranks)), True, "sm", flag_id)) > MAX_BUILD_WEIGHT:
                     return False
             except PurlinError:

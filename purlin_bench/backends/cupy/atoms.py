@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from purlin_bench.errors import ExecutionError
-from purlin_bench.resources import data_dir
+from purlin_bench.base.errors import ExecutionError
+from purlin_bench.base.resources import data_dir
 
 DTYPE_CODES = {"float32": 0, "float64": 1, "float16": 2, "bfloat16": 3, "int32": 4}
 REDOP_CODES = {"sum": 0, "prod": 1, "max": 2, "min": 3}

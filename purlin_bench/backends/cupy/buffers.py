@@ -11,7 +11,7 @@ import numpy as np
 
 from purlin_bench.backends.cupy.compiled import BASE_ALIGN
 from purlin_bench.backends.cupy.lower import buffer_index
-from purlin_bench.errors import ExecutionError
+from purlin_bench.base.errors import ExecutionError
 from purlin_bench.program.model import Ref
 from purlin_bench.program.variable import check_counts
 

@@ -1,6 +1,6 @@
 """Checking on the GPU without a trip through the host.
 
-Inputs are exact small integers (purlin_bench.inputs); the expected outputs
+Inputs are exact small integers (purlin_bench.base.inputs); the expected outputs
 are computed on the device by the CuPy baseline (exact on such inputs, and
 itself tested against the NumPy reference), or uploaded from the NumPy
 reference where no baseline runs (one rank per GPU). Outputs are compared

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from purlin_bench.backends.cupy.lower import BUFFER_INDEX, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE, Lowered
-from purlin_bench.errors import CapacityError, PlanError
+from purlin_bench.base.errors import CapacityError, ProgramError
 from purlin_bench.program.model import Program, Ref
 
 KERNEL = "purlin_compiled"
@@ -163,7 +163,7 @@ class BaseLayout:
 def primitives(snac_source: str) -> str:
     """snac.cu up to its interpreter kernel: types, loads, flags, data movement."""
     if _KERNEL_MARK not in snac_source:
-        raise PlanError("atoms/snac.cu has no kernel marker: the compiled datapath cannot reuse its primitives")
+        raise ProgramError("atoms/snac.cu has no kernel marker: the compiled datapath cannot reuse its primitives")
     return snac_source.split(_KERNEL_MARK, 1)[0]
 
 
@@ -392,7 +392,7 @@ _BUILT_KEPT = 256
 def _build(source: str, options: tuple[str, ...], device: int):
     import cupy
 
-    from purlin_bench.errors import ExecutionError
+    from purlin_bench.base.errors import ExecutionError
 
     start = time.perf_counter()
     with cupy.cuda.Device(device):

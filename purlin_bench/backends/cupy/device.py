@@ -6,9 +6,9 @@ import statistics
 import subprocess
 from typing import Any
 
-from purlin_bench.errors import PurlinError
-from purlin_bench.hardware import Fingerprint, cpu_model, gpu_type_slug, layout_slug, procs_layout_slug
-from purlin_bench.roofline import Bandwidth
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.base.hardware import Fingerprint, cpu_model, gpu_type_slug, layout_slug, procs_layout_slug
+from purlin_bench.spec.roofline import Bandwidth
 
 
 def _cuda_version(value: int) -> str:

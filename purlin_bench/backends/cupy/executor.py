@@ -33,9 +33,9 @@ from purlin_bench.backends.cupy.status import BAD_COUNTS, TIMED_OUT
 from purlin_bench.backends.cupy.status import describe as describe_status
 from purlin_bench.backends.cupy.timing import StreamCandidate
 from purlin_bench.backends.cupy.world import World
-from purlin_bench.config import Param
-from purlin_bench.dtypes import resolve_dtype
-from purlin_bench.errors import CallAborted, CountsError, ExecutionError, WatchdogTimeout
+from purlin_bench.base.config import Param
+from purlin_bench.base.dtypes import resolve_dtype
+from purlin_bench.base.errors import CallAborted, CountsError, ExecutionError, WatchdogTimeout
 from purlin_bench.program.model import FlagRef, Program, Ref
 
 DEFAULT_TIMEOUT_S = 5.0

@@ -18,8 +18,8 @@ context on its own device, so ``devices`` is that device for every rank;
 from __future__ import annotations
 
 from purlin_bench.backends.cupy.world import DeviceInfo, device_info
-from purlin_bench.dist.mps import gpu_scheduling
-from purlin_bench.errors import ExecutionError
+from purlin_bench.procs.mps import gpu_scheduling
+from purlin_bench.base.errors import ExecutionError
 
 
 class _Opened:

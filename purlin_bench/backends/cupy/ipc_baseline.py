@@ -23,7 +23,7 @@ import numpy as np
 
 from purlin_bench.backends.cupy.lower import MAX_SRC
 from purlin_bench.backends.cupy.occupancy import blocks_per_sm, resident_share
-from purlin_bench.errors import PurlinError, WatchdogTimeout
+from purlin_bench.base.errors import PurlinError, WatchdogTimeout
 from purlin_bench.spec.instance import Instance
 
 BLOCKS, THREADS = 8, 512  # at most, per process: 8 x 8 processes fit one H200 (D41)

@@ -24,7 +24,7 @@ from typing import Callable
 
 import numpy as np
 
-from purlin_bench.errors import ExecutionError
+from purlin_bench.base.errors import ExecutionError
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage
 
 MAX_SRC = MAX_DST = MAX_WAIT = MAX_NOTIFY = 16

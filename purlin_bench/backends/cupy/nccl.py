@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 from purlin_bench.spec.instance import Instance
 
 Buffer = tuple[int, str, int]  # (rank, "in" | "out", byte offset)

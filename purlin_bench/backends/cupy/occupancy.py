@@ -62,7 +62,7 @@ def capacity(runner, device: int) -> int:
 
 def check_coresidency(runner) -> None:
     """Refuse ``runner``'s launches where they could not all be resident at once."""
-    from purlin_bench.errors import ExecutionError
+    from purlin_bench.base.errors import ExecutionError
 
     per_device: dict[int, int] = {}
     for launch in runner.launches:

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from typing import Mapping
 
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from purlin_bench.backends.port import take_turns
-from purlin_bench.timing import Timing
+from purlin_bench.base.timing import Timing
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from purlin_bench.errors import PurlinError
+from purlin_bench.base.errors import PurlinError
 from purlin_bench.spec.instance import Instance
 
 _REDUCE = {"sum": "sum", "prod": "prod", "max": "amax", "min": "amin"}

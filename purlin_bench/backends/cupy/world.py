@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from purlin_bench.errors import ExecutionError
+from purlin_bench.base.errors import ExecutionError
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ import numpy as np
 
 from purlin_bench.backends.numpy.executor import NumpyRunner
 from purlin_bench.backends.port import Backend, TimingPolicy, check_params, take_turns
-from purlin_bench.config import Param
-from purlin_bench.dtypes import count_wrong
-from purlin_bench.errors import ExecutionError
-from purlin_bench.hardware import Fingerprint, layout_slug
+from purlin_bench.base.config import Param
+from purlin_bench.base.dtypes import count_wrong
+from purlin_bench.base.errors import ExecutionError
+from purlin_bench.base.hardware import Fingerprint, layout_slug
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
-from purlin_bench.timing import Timing
+from purlin_bench.base.timing import Timing
 
 PARAMS = (
     Param(

@@ -16,12 +16,12 @@ from purlin_bench.backends.numpy.blocks import BlockSplitRunner, block_model
 from purlin_bench.backends.numpy.executor import Call, NumpyRunner
 from purlin_bench.backends.numpy.ranks import RankRunner
 from purlin_bench.backends.port import VIRTUAL, Backend, TimingPolicy, check_params, take_turns
-from purlin_bench.dtypes import DTYPES, count_wrong
-from purlin_bench.hardware import Fingerprint, cpu_model, layout_slug, procs_layout_slug
+from purlin_bench.base.dtypes import DTYPES, count_wrong
+from purlin_bench.base.hardware import Fingerprint, cpu_model, layout_slug, procs_layout_slug
 from purlin_bench.program.model import Program
 from purlin_bench.spec.instance import Instance
 from purlin_bench.spec.variable import expected_outputs
-from purlin_bench.timing import Timing
+from purlin_bench.base.timing import Timing
 
 
 class HostReference:

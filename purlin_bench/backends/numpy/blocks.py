@@ -32,8 +32,8 @@ from typing import Mapping
 import numpy as np
 
 from purlin_bench.backends.numpy.executor import NumpyRunner
-from purlin_bench.dtypes import accumulate
-from purlin_bench.errors import DeadlockError, PurlinError
+from purlin_bench.base.dtypes import accumulate
+from purlin_bench.base.errors import DeadlockError, PurlinError
 from purlin_bench.program.model import Consume, Notify, Program, Stage
 from purlin_bench.program.variable import resolve
 

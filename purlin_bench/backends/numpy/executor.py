@@ -19,8 +19,8 @@ from typing import Sequence
 import numpy as np
 
 from purlin_bench.backends.port import check_inputs
-from purlin_bench.dtypes import accumulate, is_integer, resolve_dtype
-from purlin_bench.errors import ExecutionError
+from purlin_bench.base.dtypes import accumulate, is_integer, resolve_dtype
+from purlin_bench.base.errors import ExecutionError
 from purlin_bench.program.model import Consume, FlagRef, Program, Ref, Stage
 from purlin_bench.program.schedule import Walk
 from purlin_bench.program.variable import check_counts, resolve

@@ -1,7 +1,7 @@
 """The CPU reference with one process per rank, over shared memory.
 
 Every rank's buffers (each buffer set's in, out and scratch) and flag words
-live in files of the run's private folder (dist/shm.py), mapped by every
+live in files of the run's private folder (procs/shm.py), mapped by every
 process of the run and unlinked as soon as all have mapped them, so a
 killed run leaves nothing behind. A rank runs only its own lists: any of
 its channels whose next step's flags are set may go, so the channels of one
@@ -26,9 +26,9 @@ import numpy as np
 
 from purlin_bench.backends.numpy.executor import Call, poison
 from purlin_bench.backends.port import check_inputs
-from purlin_bench.dist.shm import Segment
-from purlin_bench.dtypes import accumulate, resolve_dtype
-from purlin_bench.errors import ExecutionError, WatchdogTimeout
+from purlin_bench.procs.shm import Segment
+from purlin_bench.base.dtypes import accumulate, resolve_dtype
+from purlin_bench.base.errors import ExecutionError, WatchdogTimeout
 from purlin_bench.program.model import Consume, Notify, Program, Ref, Stage
 from purlin_bench.program.variable import check_counts, resolve
 

@@ -1,0 +1,96 @@
+"""Drive a sweep: for each collective and size, pick configurations and measure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, NamedTuple
+
+import numpy as np
+
+from purlin_bench.base.config import RunConfig
+from purlin_bench.base.dtypes import resolve_dtype
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.spec.instance import Instance, instantiate
+from purlin_bench.spec.loader import CollectiveSpec
+from purlin_bench.spec.variable import counts_for_total
+from purlin_bench.strategies import STRATEGIES, get_strategy
+
+
+@dataclass(frozen=True)
+class Choice:
+    """How to pick configurations: a strategy name, 'auto', 'all', or a plan."""
+
+    strategy: str = "auto"
+    plan_overrides: dict[str, Any] = field(default_factory=dict)
+    exec_overrides: dict[str, Any] = field(default_factory=dict)
+    plan_lookup: Callable[[Instance, int], RunConfig] | None = None  # (instance, size bytes) -> config
+
+
+def configs_for(
+    inst: Instance, size: int, choice: Choice, default: Callable[[Instance, Mapping[str, Any]], RunConfig]
+) -> list[RunConfig]:
+    """The configurations to measure at one size; ``default(inst,
+    plan_overrides)`` is the untuned default (MeasurementService.default_config)."""
+    if choice.plan_lookup is not None:
+        return [choice.plan_lookup(inst, size)]
+    if choice.strategy == "auto":
+        base = default(inst, choice.plan_overrides)
+        # The user's own choices win over what the backend adjusted.
+        return [
+            RunConfig.make(
+                base.strategy,
+                {**dict(base.plan_params), **choice.plan_overrides},
+                {**dict(base.exec_params), **choice.exec_overrides},
+            )
+        ]
+    names = list(STRATEGIES) if choice.strategy == "all" else [get_strategy(choice.strategy).name]
+    return [RunConfig.make(n, dict(choice.plan_overrides), dict(choice.exec_overrides)) for n in names]
+
+
+class Row(NamedTuple):
+    """One bench row: its size S in bytes, the instance, and for a variable
+    collective the counts every timed call runs with (None otherwise)."""
+
+    size: int
+    inst: Instance
+    counts: tuple[int, ...] | None = None
+
+
+def instances(spec: CollectiveSpec, sizes: list[int], ranks: int, dtype: str, root: int,
+              distribution: str = "uniform") -> list[Row]:
+    _, np_dtype = resolve_dtype(dtype)
+    if spec.rooted and not 0 <= root < ranks:
+        raise PurlinError(f"--root {root} is out of range for {ranks} ranks")
+    if spec.variable:
+        return _variable_rows(spec, sizes, ranks, np_dtype.itemsize, distribution)
+    out, seen = [], set()
+    for size in sizes:
+        count = spec.count_for_bytes(ranks, size, np_dtype.itemsize)
+        if count in seen:  # sizes below one element per chunk collapse onto one count
+            continue
+        seen.add(count)
+        out.append(
+            Row(
+                spec.bytes_for_count(ranks, count, np_dtype.itemsize),
+                instantiate(spec, ranks, count, np_dtype.itemsize, root if spec.rooted else 0),
+            )
+        )
+    return out
+
+
+def _variable_rows(spec: CollectiveSpec, sizes: list[int], ranks: int, itemsize: int, distribution: str) -> list[Row]:
+    """A variable collective's rows: the call's counts add up to the total
+    whose S is the size (nccl-tests' S: ``bench: size`` of ``total``),
+    drawn from ``distribution`` with a seed of the row (every run and every
+    candidate of a row time the same counts); the buffers hold the largest."""
+    out, seen = [], set()
+    shape = instantiate(spec, ranks, 1, itemsize)
+    for size in sizes:
+        total = spec.total_for_bytes(ranks, size, itemsize)
+        if total in seen:
+            continue
+        seen.add(total)
+        counts = counts_for_total(shape, total, distribution, np.random.default_rng(total))
+        inst = instantiate(spec, ranks, max(1, *counts), itemsize)
+        out.append(Row(spec.bytes_for_total(ranks, total, itemsize), inst, counts))
+    return out

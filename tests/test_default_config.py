@@ -1,0 +1,180 @@
+"""The untuned default is derived from the dataflow, and always applies."""
+
+from __future__ import annotations
+
+import pytest
+
+from purlin_bench.backends import backend_class
+from purlin_bench.strategies.default import untuned_config, default_strategy
+from purlin_bench.strategies.derive import derive_program
+from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
+from purlin_bench.strategies import STRATEGIES
+
+EXPECTED_AT_8 = {
+    "all-reduce": "two-shot",
+    "reduce": "two-shot",
+    "reduce-scatter": "direct",
+    "all-gather": "push",
+    "gather": "push",
+    "all-to-all": "push",
+    "broadcast": "two-shot",
+    "scatter": "direct",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_AT_8))
+def test_default_strategy_follows_the_dataflow(name):
+    assert default_strategy(instantiate(load_builtin(name), 8, 4096, 4)) == EXPECTED_AT_8[name]
+
+
+@pytest.mark.parametrize("spec", load_all_builtin(), ids=lambda s: s.name)
+def test_default_config_always_plans(spec):
+    for ranks in (1, 2, 3, 8):
+        inst = instantiate(spec, ranks, 1001, 2, root=ranks - 1 if spec.rooted else 0)
+        config = untuned_config(inst)
+        assert config.strategy in STRATEGIES
+        assert derive_program(inst, config.strategy, "bfloat16", params=dict(config.plan_params)).ranks == ranks
+
+
+def test_renaming_a_spec_does_not_change_the_choice():
+    import dataclasses
+
+    spec = load_builtin("reduce-scatter")
+    renamed = dataclasses.replace(spec, name="my-collective")
+    assert default_strategy(instantiate(renamed, 8, 64, 4)) == default_strategy(instantiate(spec, 8, 64, 4))
+
+
+def default_config(inst, backend="cupy", fused=True):
+    """The default as a backend completes the heuristics' choice (made
+    without a GPU: the class is read, no device is touched)."""
+    ranks = inst.ranks
+    chosen = backend_class(backend)(ranks, None if fused else tuple(range(ranks)))
+    return chosen.default_config(inst, untuned_config(inst))
+
+
+def _at(name, nbytes, itemsize=4, ranks=8):
+    from purlin_bench.tools.bench.run import instances
+
+    ((_, inst, _),) = instances(load_builtin(name), [nbytes], ranks, {4: "float32", 2: "bfloat16"}[itemsize], 0)
+    return inst
+
+
+def test_the_heuristics_choose_strategies_only():
+    assert untuned_config(_at("all-gather", 1 << 20)).exec_params == ()
+    assert untuned_config(_at("all-to-all", 256 << 20)).exec_params == ()
+
+
+def test_copies_get_four_vectors_in_flight_reductions_keep_the_executor_default():
+    assert dict(default_config(_at("all-gather", 1 << 30)).exec_params) == {"unroll": 4}
+    assert dict(default_config(_at("all-reduce", 1 << 30)).exec_params) == {}
+    assert dict(default_config(_at("all-gather", 1 << 20)).exec_params) == {"unroll": 4, "kernel": "compiled"}
+    assert dict(default_config(_at("all-reduce", 1 << 20)).exec_params) == {"kernel": "compiled"}
+    # the numpy reference takes no datapath parameters
+    assert default_config(_at("all-gather", 1 << 20), backend="numpy").exec_params == ()
+
+
+def test_one_gpu_gets_the_compiled_kernel_up_to_its_bound_and_128_threads_for_small_messages():
+    from purlin_bench.backends.cupy import COMPILED_MAX_BYTES, COMPILED_SMALL_BYTES
+
+    compiled = {"kernel": "compiled", "threads": 128}
+    for name in ("all-reduce", "reduce-scatter", "all-gather", "broadcast", "scatter"):
+        for nbytes in (8, 4096, COMPILED_SMALL_BYTES):
+            assert dict(default_config(_at(name, nbytes)).exec_params).items() >= compiled.items(), (name, nbytes)
+        # mid sizes: compiled at the executor's threads (512)
+        for nbytes in (2 * COMPILED_SMALL_BYTES, 1 << 20, COMPILED_MAX_BYTES):
+            mid = dict(default_config(_at(name, nbytes)).exec_params)
+            assert mid.get("kernel") == "compiled" and "threads" not in mid, (name, nbytes, mid)
+        # past the bound, and with a launch per rank (several GPUs, processes): the interpreter
+        assert "kernel" not in dict(default_config(_at(name, 2 * COMPILED_MAX_BYTES)).exec_params)
+        assert "kernel" not in dict(default_config(_at(name, 4096), fused=False).exec_params)
+    assert dict(default_config(_at("all-gather", 4096)).exec_params) == {"unroll": 4, **compiled}
+    # past the ranks it was measured at (and where nvcc's sample of its builds stops)
+    from purlin_bench.backends.cupy import COMPILED_MAX_RANKS
+    from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
+    from purlin_bench.backends.cupy.lower import flag_id, lower
+    from purlin_bench.strategies.derive import derive_program
+
+    for ranks in (COMPILED_MAX_RANKS, 2 * COMPILED_MAX_RANKS + 1):
+        inst = _at("all-to-all", 4096, ranks=ranks)
+        config = default_config(inst)
+        program = derive_program(inst, config.strategy, "float32", None, dict(config.plan_params), False)
+        weight = build_weight(lower(program, list(range(ranks)), True, "sm", flag_id))
+        assert (dict(config.exec_params).get("kernel") == "compiled") == (ranks <= COMPILED_MAX_RANKS)
+        assert weight <= MAX_BUILD_WEIGHT or ranks > COMPILED_MAX_RANKS
+    assert dict(default_config(_at("all-reduce", 4096, itemsize=2)).exec_params) == compiled
+
+
+def test_a_users_small_slices_keep_the_default_on_the_interpreter_past_the_op_bound():
+    """bench --strategy auto --slice-bytes 16 at 64 KiB: thousands of ops,
+    which the compiled kernel refuses; the default must still run."""
+    from purlin_bench.backends.cupy import CupyBackend
+    from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
+    from purlin_bench.backends.cupy.lower import flag_id, lower
+    from purlin_bench.tools.bench.run import Choice, configs_for
+    from purlin_bench.measure.service import MeasurementService
+    from purlin_bench.strategies.derive import derive_program
+
+    service = MeasurementService(CupyBackend(8))
+    for name, slices in (("all-gather", 16), ("all-to-all", 64), ("all-reduce", 1 << 20)):
+        inst = _at(name, 64 << 10)
+        (config,) = configs_for(inst, 64 << 10, Choice("auto", {"slice_bytes": slices}, {}), service.default_config)
+        assert dict(config.plan_params)["slice_bytes"] == slices
+        program = derive_program(inst, config.strategy, "float32", "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
+        fits = build_weight(lower(program, list(range(8)), True, "sm", flag_id)) <= MAX_BUILD_WEIGHT
+        assert (dict(config.exec_params).get("kernel") == "compiled") == fits, (name, slices)
+        assert fits == (name == "all-reduce")
+    # and an explicit choice is the user's: --kernel interpreted wins over the default
+    (config,) = configs_for(_at("all-gather", 4096), 4096, Choice("auto", {}, {"kernel": "interpreted"}), service.default_config)
+    assert dict(config.exec_params)["kernel"] == "interpreted"
+
+
+def test_reductions_past_the_datapaths_sources_per_step_default_to_a_ring():
+    from purlin_bench.backends.cupy.lower import MAX_SRC, flag_id, lower
+    from purlin_bench.strategies.derive import derive_program
+
+    for name in ("all-reduce", "reduce-scatter", "reduce"):
+        assert default_config(_at(name, 4096, ranks=MAX_SRC)).strategy != "ring"
+        for fused in (True, False):
+            inst = _at(name, 4096, ranks=MAX_SRC + 8)
+            config = default_config(inst, fused=fused)
+            assert config.strategy == "ring", (name, fused)
+            program = derive_program(inst, config.strategy, "float32", "sum", dict(config.plan_params), False)
+            assert len(lower(program, list(range(inst.ranks)), True, "sm", flag_id).ops)  # it lowers: no step past MAX_SRC sources
+
+
+def test_a_rank_sending_several_flows_gets_a_channel_per_flow():
+    config = default_config(_at("all-to-all", 64 << 10))
+    assert dict(config.plan_params)["channels"] == 8
+    assert dict(default_config(_at("gather", 64 << 10)).plan_params)["channels"] == 1
+
+
+def test_copy_engines_take_large_single_consumer_flows_on_one_gpu_only():
+    big = _at("all-to-all", 256 << 20)  # 32 MiB per flow
+    assert default_config(big).exec_params == (("datapath", "ce"),)
+    assert dict(default_config(big).plan_params)["channels"] == 1
+    assert dict(default_config(big, fused=False).exec_params) == {"unroll": 4}
+    # just under the threshold per flow: the SM datapath
+    from purlin_bench.backends.cupy import CE_MIN_FLOW_BYTES
+
+    under = _at("all-to-all", 8 * (CE_MIN_FLOW_BYTES // 2))
+    assert dict(default_config(under).exec_params) == {"unroll": 4, "kernel": "compiled"}
+    # a fan-out copy (all-gather) and a pulled one (scatter) stay on SMs
+    assert "datapath" not in dict(default_config(_at("all-gather", 1 << 30)).exec_params)
+    assert "datapath" not in dict(default_config(_at("scatter", 1 << 30)).exec_params)
+
+
+@pytest.mark.parametrize("name", ("all-gather-v", "reduce-scatter-v", "all-to-all-v"))
+def test_variable_sizes_default_to_the_interpreter_on_sms(name):
+    """Copy engines and the compiled kernel fix sizes when a call is
+    enqueued or built; sizes that come per call run the interpreter on SMs
+    (D44), at every size (all-to-all at 256 MiB would otherwise take 'ce')."""
+    for nbytes in (8, 1 << 20, 256 << 20):
+        params = dict(default_config(_at(name, nbytes)).exec_params)
+        assert params.get("datapath", "sm") == "sm" and params.get("kernel", "interpreted") == "interpreted", params
+
+
+def test_a_large_variable_all_to_all_takes_one_channel_a_small_one_a_channel_per_flow():
+    """D45: skewed flows leave a channel per flow mostly idle at large sizes."""
+    assert dict(untuned_config(_at("all-to-all-v", 16 << 20)).plan_params)["channels"] == 1
+    assert dict(untuned_config(_at("all-to-all-v", 4096)).plan_params)["channels"] == 8
+    assert dict(untuned_config(_at("all-to-all", 16 << 20)).plan_params)["channels"] == 8  # fixed sizes: as before
