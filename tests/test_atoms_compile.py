@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from purlin_bench.backends.cupy.atoms import DTYPE_CODES, REDOP_CODES, compile_options
+from purlin_bench.backends.cupy.codegen.atoms import DTYPE_CODES, REDOP_CODES, compile_options
 from purlin_bench.base.resources import data_dir
 from tests.nvcc_build import assert_builds_without_spills
 
@@ -62,7 +62,7 @@ def test_the_jitter_test_mode_builds_without_spills(arch, tmp_path):
     reaches: the full and the copy-only interpreter at their default unrolls.
     On sm_90, where it runs (on sm_100 the full build spills a few bytes: a
     test mode's speed does not matter, the default builds' does)."""
-    from purlin_bench.backends.cupy.executor import KernelSettings
+    from purlin_bench.backends.cupy.runtime.runner import KernelSettings
 
     source = data_dir("atoms") / "snac.cu"
     defines = KernelSettings(jitter_ns=2000, jitter_seed=5).defines()

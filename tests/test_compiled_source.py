@@ -10,15 +10,15 @@ import re
 import pytest
 
 from purlin_bench.backends.cupy import CupyBackend
-from purlin_bench.backends.cupy.atoms import DTYPE_CODES
-from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, BaseLayout, build_weight, generate, options_of
-from purlin_bench.backends.cupy.lower import flag_id, lower
+from purlin_bench.backends.cupy.codegen.atoms import DTYPE_CODES
+from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, BaseLayout, build_weight, generate, options_of
+from purlin_bench.backends.cupy.codegen.lower import flag_id, lower
 from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.base.errors import CapacityError, ProgramError
 from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.strategies import STRATEGIES
-from purlin_bench.backends.cupy.atoms import source_text
+from purlin_bench.backends.cupy.codegen.atoms import source_text
 from tests.nvcc_build import assert_builds_without_spills
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "reduce", "gather", "scatter")
@@ -104,7 +104,9 @@ def test_nvcc_builds_every_compiled_default_without_spills(tmp_path):
     """What the default runs up to 64 KiB (compiled, 128 threads, copies at
     unroll 4) and at 1 MiB (compiled, 512 threads), at the most ranks it is
     chosen for, every collective and dtype."""
-    from purlin_bench.backends.cupy import COMPILED_MAX_RANKS, COMPILED_SMALL_BYTES
+    from purlin_bench.backends.cupy.defaults import DEFAULTS
+
+    COMPILED_MAX_RANKS, COMPILED_SMALL_BYTES = DEFAULTS.compiled_max_ranks, DEFAULTS.compiled_small_bytes
     from purlin_bench.tools.bench.run import instances
     from purlin_bench.measure.service import MeasurementService
 
@@ -238,7 +240,7 @@ def test_build_seconds_are_counted_once_per_build_also_after_eviction(monkeypatc
     """What bench's `# build:` line adds up: a program held in the process
     costs 0 s again; one evicted from the process's table and wanted again
     is built again, and counted again."""
-    from purlin_bench.backends.cupy import compiled
+    from purlin_bench.backends.cupy.codegen import compiled
 
     builds = []
     monkeypatch.setattr(compiled, "_build", lambda source, options, device: (builds.append(source) or f"kernel {source}", 1.5))
@@ -280,7 +282,7 @@ def _signature_and_body(source: str) -> tuple[str, str]:
 def test_jitter_adds_delays_and_nothing_else(collective, strategy, ranks, dtype):
     """The test mode's source is the default's with jitter() calls added: no
     barrier more or less (one would hide the races it is there to show)."""
-    from purlin_bench.backends.cupy.executor import KernelSettings
+    from purlin_bench.backends.cupy.runtime.runner import KernelSettings
 
     program = program_of(collective, strategy, ranks, dtype)
     plain = CupyBackend(ranks, settings=KernelSettings()).source(program, kernel="compiled")
@@ -301,7 +303,7 @@ def test_jitter_adds_delays_and_nothing_else(collective, strategy, ranks, dtype)
 @pytest.mark.nvcc
 @pytest.mark.timeout(600)
 def test_nvcc_builds_the_jittered_sample(tmp_path):
-    from purlin_bench.backends.cupy.executor import KernelSettings
+    from purlin_bench.backends.cupy.runtime.runner import KernelSettings
 
     for collective, strategy, ranks, dtype in sample()[::3]:
         program = program_of(collective, strategy, ranks, dtype)

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from purlin_bench.base.errors import ExecutionError
-from purlin_bench.backends.cupy.lower import MAX_SRC, OP_COPY, OP_DTYPE, OP_REDUCE, lower
+from purlin_bench.backends.cupy.codegen.lower import MAX_SRC, OP_COPY, OP_DTYPE, OP_REDUCE, lower
 from purlin_bench.strategies.derive import derive_program
 from purlin_bench.base.resources import data_dir
 from purlin_bench.spec import instantiate, load_builtin
@@ -76,7 +76,7 @@ def test_bad_datapath_is_refused():
 
 
 def test_too_many_copy_engine_copies_are_refused_not_captured(monkeypatch):
-    from purlin_bench.backends.cupy import lower as cupy_lower
+    from purlin_bench.backends.cupy.codegen import lower as cupy_lower
 
     program = _program("all-reduce", "push")  # 8 x 7 opening stages
     monkeypatch.setattr(cupy_lower, "MAX_CE_COPIES", 56)
@@ -94,7 +94,7 @@ def test_too_many_copy_engine_copies_are_refused_not_captured(monkeypatch):
     ],
 )
 def test_programs_without_a_reduce_op_get_the_copy_only_kernel(name, strategy, copy_only):
-    from purlin_bench.backends.cupy.executor import copies_only
+    from purlin_bench.backends.cupy.runtime.runner import copies_only
 
     low = lower(_program(name, strategy), list(range(8)), fused=True, datapath="sm", flag_address=_addr)
     assert copies_only([low]) is copy_only
@@ -111,7 +111,7 @@ def test_programs_without_a_reduce_op_get_the_copy_only_kernel(name, strategy, c
     [(4, 4, 512, 1), (4096, 512, 256, 1), (1 << 16, 1 << 13, 512, 4), (1 << 16, 1 << 13, 256, 8), (1 << 20, 1 << 17, 512, 64)],
 )
 def test_a_group_gets_no_more_blocks_than_its_largest_op_has_vectors_per_thread(count, largest_op, threads, blocks):
-    from purlin_bench.backends.cupy.executor import useful_blocks
+    from purlin_bench.backends.cupy.runtime.runner import useful_blocks
 
     low = lower(_program("all-reduce", "two-shot", count=count), list(range(8)), fused=True, datapath="sm", flag_address=_addr)
     assert int(low.ops["count"].max()) == largest_op
@@ -125,7 +125,7 @@ def test_every_process_of_a_run_sizes_its_blocks_by_every_ranks_ops(name):
     """A waiter needs epoch x its own block count: a peer process that sized
     its launch by its own ops (none, for a broadcast's non-root) sent too few
     notifies, and rooted collectives past a few KiB timed out."""
-    from purlin_bench.backends.cupy.executor import copies_only, data_blocks, sizing_lowerings
+    from purlin_bench.backends.cupy.runtime.runner import copies_only, data_blocks, sizing_lowerings
     from purlin_bench.strategies import STRATEGIES
 
     uneven = 0
@@ -146,7 +146,7 @@ def test_show_source_and_the_runner_size_a_requested_block_count_alike():
     """A requested count is a ceiling at the larger of the data's use and the
     automatic count, for the runner and for `purlin show --source` alike."""
     from purlin_bench.backends.cupy import CupyBackend
-    from purlin_bench.backends.cupy.executor import data_blocks, group_blocks, useful_blocks
+    from purlin_bench.backends.cupy.runtime.runner import data_blocks, group_blocks, useful_blocks
 
     assert group_blocks(0, 4, 16) == 4
     assert group_blocks(32, 4, 16) == 16 and group_blocks(8, 4, 16) == 8 and group_blocks(2, 4, 16) == 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from purlin_bench.backends.cupy.timing import time_side_by_side
+from purlin_bench.backends.cupy.runtime.timing import time_side_by_side
 from purlin_bench.backends.port import take_turns
 
 

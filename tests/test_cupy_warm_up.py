@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from purlin_bench.backends.cupy import CupyBackend, atoms
+from purlin_bench.backends.cupy import CupyBackend
+from purlin_bench.backends.cupy.codegen import atoms
 
 
 @pytest.mark.parametrize(("devices", "sys_scope"), [((0, 0, 0, 0), False), ((0, 1), True)])
@@ -25,7 +26,7 @@ def test_every_unroll_block_size_and_build_on_every_device(monkeypatch, devices,
 
 
 def test_kernel_settings_become_the_builds_defines(monkeypatch):
-    from purlin_bench.backends.cupy.executor import KernelSettings
+    from purlin_bench.backends.cupy.runtime.runner import KernelSettings
 
     assert KernelSettings().defines() == ()
     # the test mode's jitter is the only switch left, and it reaches every build
@@ -41,7 +42,7 @@ def test_kernel_settings_become_the_builds_defines(monkeypatch):
 
 
 def test_jitter_comes_from_the_environment_checked():
-    from purlin_bench.backends.cupy.executor import KernelSettings
+    from purlin_bench.backends.cupy.runtime.runner import KernelSettings
     from purlin_bench.base.errors import PurlinError
 
     assert KernelSettings.from_environ({}) == KernelSettings()

@@ -74,7 +74,9 @@ def test_copies_get_four_vectors_in_flight_reductions_keep_the_executor_default(
 
 
 def test_one_gpu_gets_the_compiled_kernel_up_to_its_bound_and_128_threads_for_small_messages():
-    from purlin_bench.backends.cupy import COMPILED_MAX_BYTES, COMPILED_SMALL_BYTES
+    from purlin_bench.backends.cupy.defaults import DEFAULTS
+
+    COMPILED_MAX_BYTES, COMPILED_SMALL_BYTES = DEFAULTS.compiled_max_bytes, DEFAULTS.compiled_small_bytes
 
     compiled = {"kernel": "compiled", "threads": 128}
     for name in ("all-reduce", "reduce-scatter", "all-gather", "broadcast", "scatter"):
@@ -89,9 +91,11 @@ def test_one_gpu_gets_the_compiled_kernel_up_to_its_bound_and_128_threads_for_sm
         assert "kernel" not in dict(default_config(_at(name, 4096), fused=False).exec_params)
     assert dict(default_config(_at("all-gather", 4096)).exec_params) == {"unroll": 4, **compiled}
     # past the ranks it was measured at (and where nvcc's sample of its builds stops)
-    from purlin_bench.backends.cupy import COMPILED_MAX_RANKS
-    from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
-    from purlin_bench.backends.cupy.lower import flag_id, lower
+    from purlin_bench.backends.cupy.defaults import DEFAULTS
+
+    COMPILED_MAX_RANKS = DEFAULTS.compiled_max_ranks
+    from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight
+    from purlin_bench.backends.cupy.codegen.lower import flag_id, lower
     from purlin_bench.strategies.derive import derive_program
 
     for ranks in (COMPILED_MAX_RANKS, 2 * COMPILED_MAX_RANKS + 1):
@@ -108,8 +112,8 @@ def test_a_users_small_slices_keep_the_default_on_the_interpreter_past_the_op_bo
     """bench --strategy auto --slice-bytes 16 at 64 KiB: thousands of ops,
     which the compiled kernel refuses; the default must still run."""
     from purlin_bench.backends.cupy import CupyBackend
-    from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
-    from purlin_bench.backends.cupy.lower import flag_id, lower
+    from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight
+    from purlin_bench.backends.cupy.codegen.lower import flag_id, lower
     from purlin_bench.tools.bench.run import Choice, configs_for
     from purlin_bench.measure.service import MeasurementService
     from purlin_bench.strategies.derive import derive_program
@@ -129,7 +133,7 @@ def test_a_users_small_slices_keep_the_default_on_the_interpreter_past_the_op_bo
 
 
 def test_reductions_past_the_datapaths_sources_per_step_default_to_a_ring():
-    from purlin_bench.backends.cupy.lower import MAX_SRC, flag_id, lower
+    from purlin_bench.backends.cupy.codegen.lower import MAX_SRC, flag_id, lower
     from purlin_bench.strategies.derive import derive_program
 
     for name in ("all-reduce", "reduce-scatter", "reduce"):
@@ -154,7 +158,9 @@ def test_copy_engines_take_large_single_consumer_flows_on_one_gpu_only():
     assert dict(default_config(big).plan_params)["channels"] == 1
     assert dict(default_config(big, fused=False).exec_params) == {"unroll": 4}
     # just under the threshold per flow: the SM datapath
-    from purlin_bench.backends.cupy import CE_MIN_FLOW_BYTES
+    from purlin_bench.backends.cupy.defaults import DEFAULTS
+
+    CE_MIN_FLOW_BYTES = DEFAULTS.ce_min_flow_bytes
 
     under = _at("all-to-all", 8 * (CE_MIN_FLOW_BYTES // 2))
     assert dict(default_config(under).exec_params) == {"unroll": 4, "kernel": "compiled"}

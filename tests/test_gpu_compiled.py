@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
-from purlin_bench.backends.cupy.lower import flag_id, lower
+from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight
+from purlin_bench.backends.cupy.codegen.lower import flag_id, lower
 from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.base.errors import CapacityError
 from purlin_bench.strategies.derive import derive_program
@@ -83,7 +83,7 @@ def test_jitter_keeps_every_result():
     every collective and strategy stays exact, in one fused launch and in a
     launch per rank (the process path's protocol), so a race in either
     would show here on one GPU."""
-    from purlin_bench.backends.cupy.executor import KernelSettings
+    from purlin_bench.backends.cupy.runtime.runner import KernelSettings
 
     shaken = KernelSettings(jitter_ns=4000, jitter_seed=11)
     fused, split = PerRanks(timeout_s=5.0, settings=shaken), PerRanks(timeout_s=5.0, settings=shaken, split_launches=True)

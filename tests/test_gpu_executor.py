@@ -108,7 +108,7 @@ def test_datapath_parameters(executor, exec_params):
 def test_jitter_keeps_the_interpreter_exact(exec_params):
     """The interpreter with the test mode's random delays per block and step,
     fused and one launch per rank, copies and reductions, in and out of place."""
-    from purlin_bench.backends.cupy.executor import KernelSettings
+    from purlin_bench.backends.cupy.runtime.runner import KernelSettings
 
     shaken = KernelSettings(jitter_ns=4000, jitter_seed=3)
     for executor in (PerRanks(timeout_s=5.0, settings=shaken), PerRanks(timeout_s=5.0, settings=shaken, split_launches=True)):

@@ -21,7 +21,7 @@ torch = pytest.importorskip("torch")
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
 def test_one_call_matches_the_reference(spec):
-    from purlin_bench.backends.cupy.torch_baseline import TorchBaseline
+    from purlin_bench.backends.cupy.baselines.torch_code import TorchBaseline
 
     cases = [(8, 65536 + 3, "float32", "sum"), (3, 1001, "bfloat16", "sum"), (2, 1, "int32", "sum"), (8, 4099, "float16", "max"), (4, 777, "float32", "prod")]
     for ranks, count, dtype, redop in cases:

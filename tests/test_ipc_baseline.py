@@ -1,4 +1,4 @@
-"""The baseline for ranks as processes (backends/cupy/ipc_baseline.py)
+"""The baseline for ranks as processes (backends/cupy/baselines/ipc.py)
 without a GPU: its work list follows the dataflow of every collective, and
 its kernel builds with nvcc."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from purlin_bench.backends.cupy.ipc_baseline import _KERNEL, tasks_of
-from purlin_bench.backends.cupy.lower import MAX_SRC
+from purlin_bench.backends.cupy.baselines.ipc import _KERNEL, tasks_of
+from purlin_bench.backends.cupy.codegen.lower import MAX_SRC
 from purlin_bench.spec import instantiate, load_all_builtin
 
 # The built-ins of fixed sizes (no baseline of sizes per call yet).
@@ -34,8 +34,8 @@ def test_each_rank_pulls_exactly_its_outputs(spec, ranks):
 @pytest.mark.nvcc
 @pytest.mark.timeout(300)
 def test_the_kernel_builds_without_spills(tmp_path):
-    from purlin_bench.backends.cupy.atoms import compile_options, source_text
-    from purlin_bench.backends.cupy.compiled import primitives
+    from purlin_bench.backends.cupy.codegen.atoms import compile_options, source_text
+    from purlin_bench.backends.cupy.codegen.compiled import primitives
     from tests.nvcc_build import assert_builds_without_spills
 
     source = tmp_path / "ipc.cu"

@@ -182,7 +182,7 @@ def test_every_path_the_package_names_exists_and_is_not_the_lab():
 
 
 def test_every_package_relative_path_the_package_names_exists():
-    """``backends/cupy/nccl.py``, ``spec/variable.py``: a path written from
+    """``backends/cupy/baselines/nccl.py``, ``spec/variable.py``: a path written from
     inside the package (one of its folders, then a path) names a file there."""
     folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and not p.name.startswith("__"))
     inner = re.compile(r"(?<![\w/.-])((?:%s)/[A-Za-z0-9_./*-]*[A-Za-z0-9_*])" % "|".join(folders))
@@ -227,6 +227,9 @@ def layout_block() -> str:
                 for child in children:
                     text = child / "__init__.py" if child.is_dir() else child
                     rows.append(("", f"  {child.name}{'/' if child.is_dir() else ''}", _summary(text)))
+                    grandchildren = child.iterdir() if child.is_dir() else ()
+                    for grandchild in sorted(p for p in grandchildren if (p / "__init__.py").exists()):
+                        rows.append(("", f"    {grandchild.name}/", _summary(grandchild / "__init__.py")))
             elif (PACKAGE / rel).with_suffix(".py").exists():
                 path = (PACKAGE / rel).with_suffix(".py")
                 rows.append((label, f"purlin_bench/{path.relative_to(PACKAGE)}", _summary(path)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from purlin_bench.backends.cupy.lower import MAX_SRC, OFFSET_BITS, OP_NONE, VAR_RECORD, flag_id, lower, pack
+from purlin_bench.backends.cupy.codegen.lower import MAX_SRC, OFFSET_BITS, OP_NONE, VAR_RECORD, flag_id, lower, pack
 from purlin_bench.base.errors import ExecutionError
 from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.model import Consume, Stage

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from purlin_bench.base.inputs import exact_inputs
-from purlin_bench.backends.cupy.nccl import NCCL_DTYPES, nccl_calls
+from purlin_bench.backends.cupy.baselines.nccl import NCCL_DTYPES, nccl_calls
 from purlin_bench.base.dtypes import accumulate, resolve_dtype
 from purlin_bench.base.errors import PurlinError
 from purlin_bench.spec import instantiate, load_all_builtin, load_spec_file

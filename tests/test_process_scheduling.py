@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from purlin_bench.backends.cupy import occupancy, status
+from purlin_bench.backends.cupy.runtime import occupancy, status
 from purlin_bench.procs import mps
 from purlin_bench.base.errors import PurlinError
 
@@ -44,7 +44,7 @@ def test_a_launch_past_its_share_is_refused_with_why(monkeypatch):
     """CupyRunner._check_coresidency with a world of 8 processes on one GPU."""
     from types import SimpleNamespace
 
-    from purlin_bench.backends.cupy.executor import CupyRunner
+    from purlin_bench.backends.cupy.runtime.runner import CupyRunner
     from purlin_bench.base.errors import ExecutionError
 
     runner = CupyRunner.__new__(CupyRunner)

@@ -427,8 +427,8 @@ class _DeviceExchangingWorld:
 def test_the_gpu_world_is_made_on_every_rank_when_the_run_opens(tmp_path, monkeypatch):
     """Rank 0's first local calls (the floor's copy bandwidth, the
     baselines) then find the world made and wait on no peer."""
-    import purlin_bench.backends.cupy.device as device
-    import purlin_bench.backends.cupy.ipc as ipc
+    import purlin_bench.backends.cupy.runtime.device as device
+    import purlin_bench.backends.cupy.runtime.ipc as ipc
     from purlin_bench.backends import procs as procs_mod
     from purlin_bench.backends.cupy import CupyBackend
 

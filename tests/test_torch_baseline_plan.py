@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from purlin_bench.backends.cupy.torch_baseline import IndexMap, affine, index_map, plan_for
+from purlin_bench.backends.cupy.baselines.torch_code import IndexMap, affine, index_map, plan_for
 from purlin_bench.base.errors import PurlinError
 from purlin_bench.base.inputs import exact_inputs
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin

@@ -1,6 +1,6 @@
 """How long nvcc takes to build the compiled datapath's source, by program:
 the measurements behind the compiled kernel's build bound
-(``MAX_BUILD_WEIGHT`` in purlin_bench/backends/cupy/compiled.py). Needs nvcc,
+(``MAX_BUILD_WEIGHT`` in purlin_bench/backends/cupy/codegen/compiled.py). Needs nvcc,
 no GPU; programs past the bound are generated and timed too.
 
     python3 lab/scripts/build_time.py [--arch sm_90] [--max-weight 1200] [--jobs 1]
@@ -24,8 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from purlin_bench.backends.cupy import CupyBackend  # noqa: E402
-from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight, options_of  # noqa: E402
-from purlin_bench.backends.cupy.lower import flag_id, lower  # noqa: E402
+from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight, options_of  # noqa: E402
+from purlin_bench.backends.cupy.codegen.lower import flag_id, lower  # noqa: E402
 from purlin_bench.strategies.derive import derive_program  # noqa: E402
 from purlin_bench.spec import instantiate, load_builtin  # noqa: E402
 

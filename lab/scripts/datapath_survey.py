@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from purlin_bench.backends.cupy import CupyBackend
-from purlin_bench.backends.cupy.executor import KernelSettings
+from purlin_bench.backends.cupy.runtime.runner import KernelSettings
 from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.tools.bench.measure import BenchOptions, Measurer
 from purlin_bench.tools.bench.run import instances
@@ -143,7 +143,7 @@ def launch_floor(iters: int, reps: int) -> dict[str, float]:
     timeout), which take 0.1-0.25 us longer than torch's one copy kernel."""
     import cupy
 
-    from purlin_bench.backends.cupy.timing import time_calls
+    from purlin_bench.backends.cupy.runtime.timing import time_calls
 
     nop = cupy.RawKernel('extern "C" __global__ void nop(int* p) { if (p && threadIdx.x == 1024) p[0] = 0; }', "nop")
     params = ", ".join(f"char* b{i}" for i in range(35))
@@ -172,7 +172,7 @@ def small_copy_floor(iters: int, reps: int, stream, nbytes: int = 256) -> dict[s
     fixed buffers (no rotation over buffer sets, unlike the service's rows)."""
     import cupy
 
-    from purlin_bench.backends.cupy.timing import time_calls
+    from purlin_bench.backends.cupy.runtime.timing import time_calls
 
     copy = cupy.RawKernel(
         'extern "C" __global__ void copyv(const uint4* a, uint4* b, int per_block) {'

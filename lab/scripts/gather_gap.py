@@ -24,8 +24,8 @@ import sys
 import numpy as np
 
 from purlin_bench.backends.cupy import CupyBackend
-from purlin_bench.backends.cupy.compiled import options_of
-from purlin_bench.backends.cupy.timing import StreamCandidate
+from purlin_bench.backends.cupy.codegen.compiled import options_of
+from purlin_bench.backends.cupy.runtime.timing import StreamCandidate
 from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.tools.bench.run import instances
 from purlin_bench.base.config import RunConfig

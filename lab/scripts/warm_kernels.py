@@ -28,8 +28,8 @@ import os
 import sys
 import time
 
-from purlin_bench.backends.cupy.atoms import DTYPE_CODES, REDOP_CODES
-from purlin_bench.backends.cupy.executor import PARAMS
+from purlin_bench.backends.cupy.codegen.atoms import DTYPE_CODES, REDOP_CODES
+from purlin_bench.backends.cupy.runtime.runner import PARAMS
 
 
 def variants() -> list[tuple]:
@@ -43,7 +43,7 @@ def variants() -> list[tuple]:
 
 
 def build(variant: tuple) -> str | None:
-    from purlin_bench.backends.cupy.atoms import snac_kernel
+    from purlin_bench.backends.cupy.codegen.atoms import snac_kernel
 
     dtype, redop, unroll, threads, sys_scope, copy_only = variant
     try:

@@ -104,8 +104,8 @@ def test_the_build_time_programs_straddle_the_bound():
     some refused, each generated past the bound when asked."""
     from build_time import PROGRAMS
 
-    from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
-    from purlin_bench.backends.cupy.lower import flag_id, lower
+    from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight
+    from purlin_bench.backends.cupy.codegen.lower import flag_id, lower
     from purlin_bench.base.errors import CapacityError
     from purlin_bench.spec import instantiate
 

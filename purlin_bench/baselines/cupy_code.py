@@ -1,4 +1,4 @@
-"""The plain CuPy code a user would write on one GPU (backends/cupy/baselines.py).
+"""The plain CuPy code a user would write on one GPU (backends/cupy/baselines/cupy_code.py).
 
 Elementwise CuPy ops and slice copies from the spec's dataflow, over every
 virtual rank's buffers on one device. The reference of virtual ranks already
@@ -11,7 +11,7 @@ from purlin_bench.baselines import VIRTUAL, Baseline, Site
 
 
 def _make(site: Site):
-    from purlin_bench.backends.cupy.timing import StreamCandidate
+    from purlin_bench.backends.cupy.runtime.timing import StreamCandidate
 
     code, sets = site.reference.direct, site.runner.sets
 

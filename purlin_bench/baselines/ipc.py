@@ -1,7 +1,7 @@
 """One kernel per process over CUDA IPC: what a user writes across processes.
 
 The one-shot collective the serving engines' custom all-reduce kernels are
-(backends/cupy/ipc_baseline.py): each process reads its outputs' sources
+(backends/cupy/baselines/ipc.py): each process reads its outputs' sources
 straight from its peers' buffers between two barriers. It runs wherever
 ranks are processes, on GPUs of their own or sharing one (where NCCL does not).
 """
@@ -12,8 +12,8 @@ from purlin_bench.baselines import PROCS, PROCS_SHARED, Baseline, Site
 
 
 def _make(site: Site):
-    from purlin_bench.backends.cupy.ipc_baseline import IpcBaseline
-    from purlin_bench.backends.cupy.timing import StreamCandidate
+    from purlin_bench.backends.cupy.baselines.ipc import IpcBaseline
+    from purlin_bench.backends.cupy.runtime.timing import StreamCandidate
 
     runner = site.runner
     ipc = IpcBaseline(site.inst, runner, site.part.timeout_s)

@@ -4,7 +4,7 @@ Timed where NCCL runs: one rank per GPU, in one process (one communicator
 over the world's GPUs) or one process per rank (each joins the run's
 communicator). NCCL refuses two ranks on one GPU, so processes that share
 one are refused with that reason (ipc.py times that layout). The calls each
-collective maps to are in backends/cupy/nccl.py; a user's own YAML
+collective maps to are in backends/cupy/baselines/nccl.py; a user's own YAML
 collective has none.
 """
 
@@ -14,8 +14,8 @@ from purlin_bench.baselines import GPUS, PROCS, PROCS_SHARED, Baseline, Site
 
 
 def _make(site: Site):
-    from purlin_bench.backends.cupy.nccl import NcclBaseline
-    from purlin_bench.backends.cupy.timing import StreamCandidate
+    from purlin_bench.backends.cupy.baselines.nccl import NcclBaseline
+    from purlin_bench.backends.cupy.runtime.timing import StreamCandidate
 
     runner, program = site.runner, site.runner.program
     if site.layout == GPUS:

@@ -1,4 +1,4 @@
-"""The shortest torch code for the collective on one GPU (backends/cupy/torch_baseline.py).
+"""The shortest torch code for the collective on one GPU (backends/cupy/baselines/torch_code.py).
 
 Virtual ranks' inputs stacked in one tensor and the collective as one or two
 torch kernels; offered only where torch is installed, and checked against
@@ -17,7 +17,7 @@ def _available() -> str | None:
 
 
 def _make(site: Site):
-    from purlin_bench.backends.cupy.torch_baseline import checked_candidate
+    from purlin_bench.backends.cupy.baselines.torch_code import checked_candidate
 
     return checked_candidate(site.reference)
 

@@ -1,7 +1,7 @@
 """The GPU backend: the Atom kernel (atoms/snac.cu) through CuPy.
 
 Ranks are virtual ranks on one GPU (one fused launch runs them all) or one
-rank per GPU of ``gpus`` in this process, with peer access (world.py).
+rank per GPU of ``gpus`` in this process, with peer access (runtime/world.py).
 Nothing here imports CuPy at module import: the class is read (its
 parameters, its availability) on machines without a GPU.
 """
@@ -12,7 +12,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from purlin_bench.backends.cupy.executor import DEFAULT_TIMEOUT_S, PARAMS, CupyRunner, KernelSettings
+from purlin_bench.backends.cupy.defaults import DEFAULTS
+from purlin_bench.backends.cupy.runtime.runner import DEFAULT_TIMEOUT_S, PARAMS, CupyRunner, KernelSettings
 from purlin_bench.backends.port import PROCS_SHARED, Backend, TimingPolicy, check_params
 from purlin_bench.base.config import RunConfig
 from purlin_bench.base.dtypes import DTYPES, resolve_dtype
@@ -22,28 +23,6 @@ from purlin_bench.program.model import Program
 from purlin_bench.spec.roofline import Bandwidth
 from purlin_bench.spec.instance import Instance
 from purlin_bench.base.timing import Timing
-
-# Copy engines beat the SM copy loop once every flow is this large (H200,
-# docs/decisions.md, D5: with 2 MiB flows they ran at 0.8-1.0x the speed of SM
-# unroll=4; with 8 MiB flows 1.1-1.2x SM unroll=2; with 32 MiB and up at
-# 99-102% of the floor against SM unroll=4's 96%).
-CE_MIN_FLOW_BYTES = 4 << 20
-# The compiled datapath up to this many bytes in any rank's buffer of a
-# fused launch, at 128 threads a block up to COMPILED_SMALL_BYTES. On the
-# H200 (8 virtual ranks, docs/decisions.md, D12-D13): 1.55-2.23x faster than the
-# interpreter at 8 B-32 KiB, and 128 threads took 64 KiB from 1.5-3.1 us to
-# 1.4-1.9 us (within 3% of 512 up to 4 KiB; at 1 MiB the reductions ran
-# 4-7% slower at 128). From 256 KiB to 64 MiB, at 512 threads, it beat the
-# interpreter on every row measured (1.50x down to 1.01x, every collective,
-# float32 and bfloat16); at 256 MiB and 1 GiB the two tie (0.96-1.01x), so
-# the interpreter keeps those and no program is built for them (each new
-# program costs about a second of NVRTC on a machine's first use).
-COMPILED_MAX_BYTES = 64 << 20
-COMPILED_SMALL_BYTES = 64 << 10
-# ... and up to this many ranks, where it was measured: nvcc's sample of
-# its builds covers 8, and at 12-16 ranks the 16-bit reductions spill.
-COMPILED_MAX_RANKS = 8
-
 
 class CupyBackend(Backend):
     name = "cupy"
@@ -102,11 +81,11 @@ class CupyBackend(Backend):
 
     @property
     def world(self):
-        from purlin_bench.backends.cupy.world import World
+        from purlin_bench.backends.cupy.runtime.world import World
 
         if self._world is None:
             if self.procs is not None:
-                from purlin_bench.backends.cupy.ipc import IpcWorld
+                from purlin_bench.backends.cupy.runtime.ipc import IpcWorld
 
                 self._world = IpcWorld(self.ranks, self.procs)
             else:
@@ -121,7 +100,7 @@ class CupyBackend(Backend):
         return self.world.describe()
 
     def fingerprint(self) -> Fingerprint:
-        from purlin_bench.backends.cupy.device import fingerprint
+        from purlin_bench.backends.cupy.runtime.device import fingerprint
 
         if self.procs is not None:
             world = self.world
@@ -129,12 +108,12 @@ class CupyBackend(Backend):
         return fingerprint(self.ranks, self.gpus)
 
     def environment(self) -> dict[str, Any]:
-        from purlin_bench.backends.cupy.device import environment
+        from purlin_bench.backends.cupy.runtime.device import environment
 
         return {**super().environment(), **environment((self.world.device,) if self.procs else self.gpus or (0,))}
 
     def default_config(self, inst: Instance, config: RunConfig) -> RunConfig:
-        from purlin_bench.backends.cupy.lower import MAX_SRC
+        from purlin_bench.backends.cupy.codegen.lower import MAX_SRC
 
         plan = dict(config.plan_params)
         if inst.op == "reduce" and inst.ranks > MAX_SRC and config.strategy != "ring":
@@ -145,36 +124,35 @@ class CupyBackend(Backend):
         if inst.op != "reduce" and self.fused and config.strategy == "push" and not inst.variable:
             single = all(len(f.consumer_ranks()) == 1 for f in inst.flows)
             smallest = min((f.count for f in inst.flows), default=0) * inst.itemsize
-            if single and smallest >= CE_MIN_FLOW_BYTES:
+            if single and smallest >= DEFAULTS.ce_min_flow_bytes:  # D5
                 plan["channels"] = 1
                 return RunConfig.make(config.strategy, plan, {"datapath": "ce"})
         largest = max(*inst.in_counts, *inst.out_counts) * inst.itemsize
         kernel = {}
         # Ranks as processes too: their waits and notifies on every peer go
-        # at once there (compiled.py), one at a time in the interpreter.
+        # at once there (codegen/compiled.py), one at a time in the interpreter.
         one_gpu_or_procs = self.fused or self.procs is not None
         if (
             one_gpu_or_procs
             and not inst.variable  # the compiled datapath needs fixed sizes (D44)
-            and largest <= COMPILED_MAX_BYTES
-            and inst.ranks <= COMPILED_MAX_RANKS
+            and largest <= DEFAULTS.compiled_max_bytes  # D12
+            and inst.ranks <= DEFAULTS.compiled_max_ranks
             and self._compiles(inst, config)
         ):
-            kernel = {"kernel": "compiled", **({"threads": 128} if largest <= COMPILED_SMALL_BYTES else {})}
+            small = largest <= DEFAULTS.compiled_small_bytes  # D13
+            kernel = {"kernel": "compiled", **({"threads": DEFAULTS.compiled_small_threads} if small else {})}
         if inst.op == "reduce":
             return RunConfig.make(config.strategy, plan, kernel)
-        # Copies have no reduction's loads to batch: 4 vectors in flight
-        # per thread take single-consumer copies from 84% to 96% of the
-        # floor; reductions keep 2, which is 0.5 us faster at small sizes.
-        return RunConfig.make(config.strategy, plan, {"unroll": 4, **kernel})
+        # Copies have no reduction's loads to batch (D4).
+        return RunConfig.make(config.strategy, plan, {"unroll": DEFAULTS.copy_unroll, **kernel})
 
     @staticmethod
     def _compiles(inst: Instance, config: RunConfig) -> bool:
         """Whether ``config``'s program, in and out of place, stays within
         the compiled kernel's build bound (a user's small --slice-bytes can
         make thousands of ops: the interpreter runs those)."""
-        from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, build_weight
-        from purlin_bench.backends.cupy.lower import flag_id, lower
+        from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight
+        from purlin_bench.backends.cupy.codegen.lower import flag_id, lower
         from purlin_bench.strategies.derive import derive_program
 
         # Any dtype of the element size: a program's ops depend on the size alone.
@@ -195,7 +173,7 @@ class CupyBackend(Backend):
         search does not spend its time in the compiler: on a fresh machine a
         tune's 3 s studies ended after 1 of 16 trials. Returns how many
         variants there are (compiled or found in cache)."""
-        from purlin_bench.backends.cupy.atoms import snac_kernel
+        from purlin_bench.backends.cupy.codegen.atoms import snac_kernel
 
         world = self.world
         sys_scope = world.sys_scope
@@ -221,7 +199,7 @@ class CupyBackend(Backend):
     def faulted(self) -> bool:
         """Whether a call of any runner of this process recorded a timeout or
         an abort not yet reset (a host-memory read: no sync)."""
-        from purlin_bench.backends.cupy import status
+        from purlin_bench.backends.cupy.runtime import status
 
         return bool(status._pool) and status.pool().faulted()
 
@@ -229,7 +207,7 @@ class CupyBackend(Backend):
         return device_errors()
 
     def copy_bandwidth(self) -> Bandwidth:
-        from purlin_bench.backends.cupy.device import measure_copy_bandwidth
+        from purlin_bench.backends.cupy.runtime.device import measure_copy_bandwidth
 
         return measure_copy_bandwidth(self.world.devices)
 
@@ -252,9 +230,9 @@ class CupyBackend(Backend):
         (one fused launch), ``blocks`` as given or sized from the data (no
         device to cap it by), and the build options it compiles with;
         ``bounded=False`` past the build bound too (to time such builds)."""
-        from purlin_bench.backends.cupy.atoms import compile_options, source_text
-        from purlin_bench.backends.cupy.compiled import MAX_BUILD_WEIGHT, BaseLayout, generate, with_options
-        from purlin_bench.backends.cupy.executor import (
+        from purlin_bench.backends.cupy.codegen.atoms import compile_options, source_text
+        from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, BaseLayout, generate, with_options
+        from purlin_bench.backends.cupy.runtime.runner import (
             copies_only,
             data_blocks,
             group_blocks,
@@ -293,17 +271,17 @@ class CupyBackend(Backend):
         )
 
     def reference(self, runner: CupyRunner, inst: Instance, inputs: Sequence[np.ndarray]):
-        from purlin_bench.backends.cupy.check import DeviceReference
+        from purlin_bench.backends.cupy.runtime.reference import DeviceReference
 
         if inst.variable:
-            from purlin_bench.backends.cupy.check import VariableReference
+            from purlin_bench.backends.cupy.runtime.reference import VariableReference
 
             return VariableReference(runner, inst, inputs)
         with device_errors():
             return DeviceReference(runner, inst, inputs)
 
     def time(self, candidates: Sequence[Any], policy: TimingPolicy, between=None) -> list[Timing]:
-        from purlin_bench.backends.cupy.timing import time_side_by_side
+        from purlin_bench.backends.cupy.runtime.timing import time_side_by_side
 
         with device_errors():
             return time_side_by_side(

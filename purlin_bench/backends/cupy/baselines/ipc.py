@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from purlin_bench.backends.cupy.lower import MAX_SRC
-from purlin_bench.backends.cupy.occupancy import blocks_per_sm, resident_share
+from purlin_bench.backends.cupy.codegen.lower import MAX_SRC
+from purlin_bench.backends.cupy.runtime.occupancy import blocks_per_sm, resident_share
 from purlin_bench.base.errors import PurlinError, WatchdogTimeout
 from purlin_bench.spec.instance import Instance
 
@@ -102,8 +102,8 @@ class IpcBaseline:
     def __init__(self, inst: Instance, runner, timeout_s: float):
         import cupy
 
-        from purlin_bench.backends.cupy.atoms import compile_options, source_text
-        from purlin_bench.backends.cupy.compiled import primitives
+        from purlin_bench.backends.cupy.codegen.atoms import compile_options, source_text
+        from purlin_bench.backends.cupy.codegen.compiled import primitives
 
         world, program = runner.world, runner.program
         if program.inplace:
@@ -122,7 +122,7 @@ class IpcBaseline:
             )
             self.kernel = module.get_function("ipc_oneshot")
             # Blocks spin at the barriers: as purlin's own launches, every
-            # rank's kernel must fit on the GPU at once (occupancy.py, D41),
+            # rank's kernel must fit on the GPU at once (runtime/occupancy.py, D41),
             # and every rank takes the same count (their barriers pair by block).
             dev = cupy.cuda.Device(world.device).attributes
             per_sm = blocks_per_sm(dev, self.kernel.attributes["num_regs"], THREADS)

@@ -28,7 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
-from purlin_bench.backends.cupy.lower import BUFFER_INDEX, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE, Lowered
+from purlin_bench.backends.cupy.codegen.lower import BUFFER_INDEX, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE, Lowered
 from purlin_bench.base.errors import CapacityError, ProgramError
 from purlin_bench.program.model import Program, Ref
 

@@ -1,6 +1,6 @@
 """The GPU executor: runs SNAC programs with the Atom kernel through CuPy.
 
-A program is lowered once (lower.py) into a step table per launch, uploaded
+A program is lowered once (codegen/lower.py) into a step table per launch, uploaded
 with its buffer pointer tables, and then launched as often as asked, eagerly
 or captured in a CUDA graph. Flags and per-block epochs live in device memory
 and advance in the kernel, so replays need no host work. Every wait is bounded:
@@ -13,15 +13,13 @@ process can run the next collective.
 from __future__ import annotations
 
 
-import numpy as np
 
-from purlin_bench.backends.cupy.atoms import snac_kernel
-from purlin_bench.backends.cupy.buffers import RunnerBuffers
-from purlin_bench.backends.cupy.lower import Lowered, flag_id, lower
-from purlin_bench.backends.cupy.launch import _Launch, _np_storage
-from purlin_bench.backends.cupy.occupancy import capacity, check_coresidency
-from purlin_bench.backends.cupy.settings import KernelSettings
-from purlin_bench.backends.cupy.sizing import (  # noqa: F401 - re-exported: tests and the backend size by them
+from purlin_bench.backends.cupy.runtime.buffers import RunnerBuffers
+from purlin_bench.backends.cupy.codegen.lower import Lowered, lower
+from purlin_bench.backends.cupy.runtime.launch import KINDS, InterpretedLaunch, Launch, _np_storage
+from purlin_bench.backends.cupy.runtime.occupancy import capacity, check_coresidency
+from purlin_bench.backends.cupy.runtime.settings import KernelSettings
+from purlin_bench.backends.cupy.runtime.sizing import (  # noqa: F401 - re-exported: tests and the backend size by them
     MAX_BLOCKS,
     copies_only,
     data_blocks,
@@ -29,10 +27,10 @@ from purlin_bench.backends.cupy.sizing import (  # noqa: F401 - re-exported: tes
     sizing_lowerings,
     useful_blocks,
 )
-from purlin_bench.backends.cupy.status import BAD_COUNTS, TIMED_OUT
-from purlin_bench.backends.cupy.status import describe as describe_status
-from purlin_bench.backends.cupy.timing import StreamCandidate
-from purlin_bench.backends.cupy.world import World
+from purlin_bench.backends.cupy.runtime.status import BAD_COUNTS, TIMED_OUT
+from purlin_bench.backends.cupy.runtime.status import describe as describe_status
+from purlin_bench.backends.cupy.runtime.timing import StreamCandidate
+from purlin_bench.backends.cupy.runtime.world import World
 from purlin_bench.base.config import Param
 from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.base.errors import CallAborted, CountsError, ExecutionError, WatchdogTimeout
@@ -57,7 +55,7 @@ PARAMS = (
     Param(
         "kernel",
         "interpreted",
-        choices=("interpreted", "compiled"),
+        choices=tuple(KINDS),
         help="the step interpreter (atoms/snac.cu), or CUDA C++ generated for the program (compiled once per machine "
             "by NVRTC, cached on disk)",
     ),
@@ -82,14 +80,14 @@ class CupyRunner(RunnerBuffers):
 
         if datapath == "ce" and not world.fused:
             raise ExecutionError("datapath 'ce' needs every rank in one launch (virtual ranks on one GPU)")
-        if program.variable and kernel == "compiled":
-            # Its slices' sizes and vector splits are constants of the generated code (compiled.py).
-            raise ExecutionError("the compiled datapath needs fixed sizes; a variable-size program runs interpreted")
+        if program.variable and not KINDS[kernel].variable_sizes:
+            raise ExecutionError(f"the {kernel} datapath needs fixed sizes; a variable-size program runs interpreted")
         if program.ranks != world.ranks:
             raise ExecutionError(f"program has {program.ranks} ranks, the world {world.ranks}")
         self.world, self.program, self.settings = world, program, settings
         self.threads, self.datapath, self.unroll = threads, datapath, unroll
-        self.compiled, self.build_s = kernel == "compiled", 0.0
+        # How the launches run the program (KINDS: the interpreter, or code generated for it).
+        self.kind, self.build_s = KINDS[kernel], 0.0
         self.timeout_ns = int(timeout_s * 1e9)
         _, self.dtype = resolve_dtype(program.dtype)
         self.storage = _np_storage(self.dtype)
@@ -125,12 +123,14 @@ class CupyRunner(RunnerBuffers):
         self.blocks = world.agreed_blocks(
             group_blocks(blocks, auto, useful_blocks(sizing, self.itemsize, threads), settings.cap_blocks)
         )
-        self.launches: list[_Launch] = []
+        self.launches: list[Launch] = []
         self._held: list[object] = []
         try:
             for ranks, low in zip(launch_ranks, lowered):
                 if low.group_count or low.ce_copies:
-                    self.launches.append(_Launch(self, ranks, low))
+                    # A launch of copy-engine stages only has no steps to generate code for.
+                    kind = self.kind if low.group_count else InterpretedLaunch
+                    self.launches.append(kind(self, ranks, low))
             self._check_coresidency()
             self.bases = [self._base_table(s) for s in range(self.sets)]
         except BaseException:
@@ -140,14 +140,8 @@ class CupyRunner(RunnerBuffers):
                 launch.slot.pool.release(launch.slot)
             self.launches = []
             raise
-        # A compiled kernel takes slice bases (b3) and flag bases (f0) as
-        # parameters: one tuple a launch and buffer set, built once.
-        flags = [np.uint64(f.data.ptr) for f in self.flags]
         for launch in self.launches:
-            launch.args = [
-                tuple(np.uint64(b["host"][int(n[1:])]) if n[0] == "b" else flags[int(n[1:])] for n in launch.params)
-                for b in self.bases
-            ]
+            launch.bind(self)
         self.ce_streams = {}
         self._main_stream = None
         # (stream, rank, slot) -> what enqueue made of it once: the stream view, addresses, bytes
@@ -165,48 +159,6 @@ class CupyRunner(RunnerBuffers):
         )
 
     # -- setup ---------------------------------------------------------------
-    def kernel(self, device: int):
-        # A variable program's build sizes slices from counts in device memory (D44).
-        variable = ("-DPURLIN_VARIABLE=1",) if self.program.variable else ()
-        return snac_kernel(
-            self.program.dtype,
-            self.program.redop or "sum",
-            self.unroll,
-            self.threads,
-            device,
-            self.world.sys_scope,
-            self.copy_only,
-            self.settings.defines(self.copy_only, self.threads) + variable,
-        )
-
-    def compiled_kernel(self, device: int, ranks: list[int]):
-        """The compiled datapath's kernel for the launch of ``ranks`` and the
-        bases it takes (its lowering's flag ids become parameter offsets)."""
-        from purlin_bench.backends.cupy.atoms import compile_options, source_text
-        from purlin_bench.backends.cupy.compiled import BaseLayout, compiled_kernel, generate, params_of
-
-        low = lower(self.program, ranks, self.world.fused, self.datapath, flag_id)
-        source = generate(
-            low,
-            self.program.ranks,
-            self.blocks,
-            source_text(),
-            BaseLayout.of(self.program, self.itemsize),
-            jitter=bool(self.settings.jitter_ns),
-        )
-        options = compile_options(
-            self.program.dtype,
-            self.program.redop or "sum",
-            self.unroll,
-            self.threads,
-            self.world.sys_scope,
-            self.copy_only,
-            self.settings.defines(self.copy_only, self.threads),
-        )
-        kernel, seconds = compiled_kernel(source, options, device)
-        self.build_s += seconds
-        return kernel, params_of(source)
-
     def _auto_blocks(self, lowered: list[Lowered]) -> int:
         # Sized so that the launch with the most groups fits (with ranks in
         # processes each launch has its device, or time slices of it, alone);

@@ -1,6 +1,6 @@
 """A runner's buffers: the slice base tables its kernels read, typed views
 of every rank's buffers, inputs and a variable program's counts in, poison,
-outputs out. A mixin of CupyRunner (executor.py), which owns the state it
+outputs out. A mixin of CupyRunner (runner.py), which owns the state it
 uses: program, world, launches, sets, itemsize, storage, counts, loaded."""
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
-from purlin_bench.backends.cupy.compiled import BASE_ALIGN
-from purlin_bench.backends.cupy.lower import buffer_index
+from purlin_bench.backends.cupy.codegen.lower import buffer_index
 from purlin_bench.base.errors import ExecutionError
 from purlin_bench.program.model import Ref
 from purlin_bench.program.variable import check_counts
@@ -35,11 +34,11 @@ class RunnerBuffers:
             # runner's table must not point into freed memory (a bench
             # keeps the default's runner beside the one under test).
             self._held.append(base)
-            if self.compiled and base.data.ptr % BASE_ALIGN:
-                # The compiled kernel's vector splits assume it (compiled.BaseLayout).
+            if base.data.ptr % self.kind.base_align:
+                # A generated kernel's vector splits assume it (codegen/compiled.py's BaseLayout).
                 raise ExecutionError(
-                    f"rank {rank}'s {phys} buffer starts at {base.data.ptr:#x}, not on {BASE_ALIGN} bytes: the "
-                    f"compiled datapath needs aligned buffers"
+                    f"rank {rank}'s {phys} buffer starts at {base.data.ptr:#x}, not on {self.kind.base_align} bytes: "
+                    f"the {self.kind.__name__} kernel needs aligned buffers"
                 )
             ptrs.append(base.data.ptr + offset * self.itemsize)
         table = np.array(ptrs, dtype=np.uint64)

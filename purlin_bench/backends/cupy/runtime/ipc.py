@@ -9,7 +9,7 @@ process addresses every rank's buffers. Allocation is collective: every rank
 asks for the same buffers in the same order (they run the same program), so
 one allgather of the handles per buffer set lines up.
 
-As in :class:`~purlin_bench.backends.cupy.world.World`, buffers grow and are
+As in :class:`~purlin_bench.backends.cupy.runtime.world.World`, buffers grow and are
 kept for the next program of the run. Every pointer lives in this process's
 context on its own device, so ``devices`` is that device for every rank;
 ``placement`` says where each rank really is.
@@ -17,7 +17,7 @@ context on its own device, so ``devices`` is that device for every rank;
 
 from __future__ import annotations
 
-from purlin_bench.backends.cupy.world import DeviceInfo, device_info
+from purlin_bench.backends.cupy.runtime.world import DeviceInfo, device_info
 from purlin_bench.procs.mps import gpu_scheduling
 from purlin_bench.base.errors import ExecutionError
 

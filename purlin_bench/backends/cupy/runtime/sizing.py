@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from purlin_bench.backends.cupy.lower import OP_REDUCE, Lowered, flag_id, lower
+from purlin_bench.backends.cupy.codegen.lower import OP_REDUCE, Lowered, flag_id, lower
 from purlin_bench.program.model import Program
 
 MAX_BLOCKS = 32

@@ -49,13 +49,8 @@ def capacity(runner, device: int) -> int:
     kernels = [launch.kernel for launch in getattr(runner, "launches", ()) if launch.device == device]
     if kernels:
         regs = max(k.attributes["num_regs"] for k in kernels)
-    elif runner.compiled:
-        # Before the compiled kernel exists (its block count is a constant in
-        # it): the most its launch bounds allow (128 registers a thread at
-        # 512 threads an SM).
-        regs = 65536 // (runner.threads * max(1, 512 // runner.threads))
-    else:
-        regs = runner.kernel(device).attributes["num_regs"]
+    else:  # before any launch exists: what this kind of kernel may take
+        regs = runner.kind.registers(runner, device)
     dev = cupy.cuda.Device(device).attributes
     return resident_share(dev["MultiProcessorCount"], blocks_per_sm(dev, regs, runner.threads), runner.world.sharing)
 

@@ -269,7 +269,7 @@ def checked_candidate(reference):
     import cupy
     import torch
 
-    from purlin_bench.backends.cupy.timing import StreamCandidate
+    from purlin_bench.backends.cupy.runtime.timing import StreamCandidate
 
     runner = reference.runner
     if "torch" not in reference.kept:

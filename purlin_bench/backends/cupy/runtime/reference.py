@@ -13,8 +13,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from purlin_bench.backends.cupy.baselines import CupyBaseline
-from purlin_bench.backends.cupy.timing import StreamCandidate
+from purlin_bench.backends.cupy.baselines.cupy_code import CupyBaseline
+from purlin_bench.backends.cupy.runtime.timing import StreamCandidate
 from purlin_bench.backends.port import GPUS, VIRTUAL
 from purlin_bench.spec.instance import Instance
 
