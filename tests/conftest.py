@@ -1,4 +1,10 @@
-"""Markers that need hardware or services skip cleanly where those are missing:
+"""Tests by what they need, one folder each: unit/ (no backend), conformance/
+(the port's contract over every registered backend), reference/ (the CPU
+reference's results), tools/ (the commands through the numpy backend and the
+fake device), procs/ (one process per rank), gpu/ (a CUDA GPU), kernels/ (the
+device sources, compiled by nvcc where it is). Helpers sit here, beside this file.
+
+Markers that need hardware or services skip cleanly where those are missing:
 
 * ``gpu``: a usable CUDA GPU and CuPy (the cupy backend's ``available``);
 * ``nvcc``: the CUDA compiler on PATH;
@@ -15,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 from functools import lru_cache
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -40,7 +47,8 @@ def _missing(marker: str) -> str | None:
     if marker == "nvcc":
         return None if shutil.which("nvcc") else "needs nvcc on PATH"
     if marker == "postgres":
-        return None if os.environ.get("PURLIN_TEST_POSTGRES_URL") else "needs PURLIN_TEST_POSTGRES_URL (a PostgreSQL server)"
+        url = os.environ.get("PURLIN_TEST_POSTGRES_URL")
+        return None if url else "needs PURLIN_TEST_POSTGRES_URL (a PostgreSQL server)"
     return None
 
 
@@ -48,8 +56,15 @@ def _require_postgres() -> bool:
     return os.environ.get("PURLIN_REQUIRE_POSTGRES") == "1"
 
 
+TESTS = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        # Tests live by what they need (unit, conformance, reference, tools,
+        # procs, gpu, kernels): everything under gpu/ needs a GPU, marked or not.
+        if Path(item.path).resolve().is_relative_to(TESTS / "gpu") and item.get_closest_marker("gpu") is None:
+            item.add_marker(pytest.mark.gpu)
         for marker in ("gpu", "nvcc", "postgres"):
             if item.get_closest_marker(marker) is None or (marker == "postgres" and _require_postgres()):
                 continue

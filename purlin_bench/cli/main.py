@@ -5,7 +5,7 @@ Every command lives in its own ``cmd_<name>.py`` module with a
 with their one-line help. A module is imported only when its command runs (or
 shows its own --help): the commands pull in NumPy, ml_dtypes and the backends,
 which take seconds to import on a slow machine, and ``purlin --help`` needs
-none of them. tests/test_cli.py checks COMMANDS against the modules.
+none of them. tests/tools/test_cli.py checks COMMANDS against the modules.
 Errors a user can cause (:class:`~purlin_bench.base.errors.PurlinError`, bad
 options) print one line on stderr and exit non-zero; a traceback means a bug.
 """

@@ -36,7 +36,7 @@ DB_NAME = "tune.db"
 # A server (PostgreSQL) is shared by hosts whose clocks and networks we do
 # not know: a minute. A SQLite file is shared only by workers of this host,
 # and a rerun after a kill waits out the killed trial's grace before its last
-# trial (tests/test_tune_resume.py): seconds.
+# trial (tests/tools/test_tune_resume.py): seconds.
 HEARTBEAT_S, GRACE_S = 10, 60
 SQLITE_HEARTBEAT_S, SQLITE_GRACE_S = 1, 10
 CONNECT_TIMEOUT_S = 10

@@ -48,7 +48,7 @@ PARAMS = (
         help="most thread blocks per (rank, channel) list (idle ones past the data's need and the automatic count "
             "are dropped); 0 sizes them from the data",
     ),
-    # No 1024: at 64 registers a thread the step interpreter spills (see tests/test_atoms_compile.py).
+    # No 1024: at 64 registers a thread the step interpreter spills (see tests/kernels/test_atoms_compile.py).
     Param("threads", 512, choices=(128, 256, 512), help="threads per block"),
     Param("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines (cudaMemcpyAsync)"),
     Param("unroll", 2, choices=(1, 2, 4), help="16-byte vectors in flight per thread"),
