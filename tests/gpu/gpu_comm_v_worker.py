@@ -83,8 +83,10 @@ def main() -> int:
         _same(out, inst, [np.zeros(n, np.float32) for n in inst.in_counts], None, good, rank, "after a bad count")
         checks += 1
     except Exception as exc:  # noqa: BLE001 - reported with the rank, as the exit status says
-        print(f"comm-v-check: rank {rank} of {size}: FAILED after {checks} checks: {type(exc).__name__}: {exc}",
-              flush=True)
+        print(
+            f"comm-v-check: rank {rank} of {size}: FAILED after {checks} checks: {type(exc).__name__}: {exc}",
+            flush=True,
+        )
         return 1
     print(f"comm-v-check: rank {rank} of {size}: {checks} checks exact", flush=True)
     dist.barrier()

@@ -65,8 +65,15 @@ def test_variable_sizes_are_exact_through_the_communicator_with_device_counts():
         pytest.skip("torch sees no CUDA GPU")
     procs = os.environ.get("PURLIN_TEST_PROCS", "2")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", procs,
-           str(Path(__file__).resolve().parent / "gpu_comm_v_worker.py")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        procs,
+        str(Path(__file__).resolve().parent / "gpu_comm_v_worker.py"),
+    ]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert done.stdout.count("checks exact") == int(procs), done.stdout[-4000:]

@@ -19,8 +19,34 @@ RANKS = 4
 
 def test_bench_times_the_configuration_beside_cupy_and_the_default(capsys, tmp_path):
     path = tmp_path / "bench.json"
-    code = run(["bench", "all-reduce", "-b", "1K", "-e", "64K", "-f", "8", "--backend", "cupy", "--ranks", str(RANKS),
-                "--strategy", "direct", "-n", "3", "-w", "1", "-G", "3", "--baseline", "cupy,default", "--json", str(path)])
+    code = run(
+        [
+            "bench",
+            "all-reduce",
+            "-b",
+            "1K",
+            "-e",
+            "64K",
+            "-f",
+            "8",
+            "--backend",
+            "cupy",
+            "--ranks",
+            str(RANKS),
+            "--strategy",
+            "direct",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "-G",
+            "3",
+            "--baseline",
+            "cupy,default",
+            "--json",
+            str(path),
+        ]
+    )
     _, err = capsys.readouterr()
     assert code == 0, err
     rows = json.loads(path.read_text())["results"]
@@ -52,7 +78,22 @@ def test_tune_writes_a_plan_that_load_plan_runs_correctly(capsys, tmp_path):
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(SWEEP)
     out = tmp_path / "results"
-    code = run(["tune", "all-reduce", "--sweep", str(sweep), "--backend", "cupy", "--out", str(out), "--seed", "0", "--confirm", "1"])
+    code = run(
+        [
+            "tune",
+            "all-reduce",
+            "--sweep",
+            str(sweep),
+            "--backend",
+            "cupy",
+            "--out",
+            str(out),
+            "--seed",
+            "0",
+            "--confirm",
+            "1",
+        ]
+    )
     _, err = capsys.readouterr()
     assert code == 0, err
     (path,) = out.glob("*/all-reduce-4vr-float32.json")

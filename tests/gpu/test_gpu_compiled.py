@@ -14,7 +14,12 @@ from purlin_bench.base.errors import CapacityError
 from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
 from purlin_bench.strategies import STRATEGIES
-from tests.gpu.test_gpu_executor import PerRanks, _check as _check_any, assert_watchdog_names_the_starved_wait, ring_without_its_last_notify
+from tests.gpu.test_gpu_executor import (
+    PerRanks,
+    _check as _check_any,
+    assert_watchdog_names_the_starved_wait,
+    ring_without_its_last_notify,
+)
 
 # The built-ins of fixed sizes (sizes per call: the GPU phase of issue 31).
 FIXED = [s for s in load_all_builtin() if not s.variable]
@@ -23,7 +28,9 @@ pytestmark = pytest.mark.gpu
 COMPILED = {"kernel": "compiled"}
 
 
-def _check(executor, spec, ranks, count, dtype, strategy, root=0, inplace=False, redop=None, params=None, exec_params=COMPILED):
+def _check(
+    executor, spec, ranks, count, dtype, strategy, root=0, inplace=False, redop=None, params=None, exec_params=COMPILED
+):
     """The interpreter tests' check, where the program fits one compiled
     launch; past the build bound (a ring reduce-scatter over 8 ranks: 736
     ops, a minute or two of NVRTC) the refusal must come, with the way out,
@@ -64,11 +71,22 @@ def test_reductions_and_in_place(executor):
             _check(executor, load_builtin(name), 8, 4099, "float32", strategy, inplace=True, exec_params=COMPILED)
 
 
-@pytest.mark.parametrize("exec_params", [{"blocks": 1, "threads": 128, "unroll": 1}, {"blocks": 8, "unroll": 4}, {"datapath": "ce"}])
+@pytest.mark.parametrize(
+    "exec_params", [{"blocks": 1, "threads": 128, "unroll": 1}, {"blocks": 8, "unroll": 4}, {"datapath": "ce"}]
+)
 def test_with_datapath_parameters(executor, exec_params):
     for name in ("all-reduce", "broadcast"):
         for strategy in STRATEGIES:
-            _check(executor, load_builtin(name), 8, 12345, "float32", strategy, params={"channels": 2}, exec_params={**exec_params, **COMPILED})
+            _check(
+                executor,
+                load_builtin(name),
+                8,
+                12345,
+                "float32",
+                strategy,
+                params={"channels": 2},
+                exec_params={**exec_params, **COMPILED},
+            )
 
 
 def test_split_launches_keep_the_call_protocol():
@@ -86,7 +104,10 @@ def test_jitter_keeps_every_result():
     from purlin_bench.backends.cupy.runtime.runner import KernelSettings
 
     shaken = KernelSettings(jitter_ns=4000, jitter_seed=11)
-    fused, split = PerRanks(timeout_s=5.0, settings=shaken), PerRanks(timeout_s=5.0, settings=shaken, split_launches=True)
+    fused, split = (
+        PerRanks(timeout_s=5.0, settings=shaken),
+        PerRanks(timeout_s=5.0, settings=shaken, split_launches=True),
+    )
     for spec in FIXED:
         root = 3 if spec.rooted else 0
         for strategy in STRATEGIES:

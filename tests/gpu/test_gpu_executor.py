@@ -44,13 +44,17 @@ def executor():
     return PerRanks(timeout_s=5.0)
 
 
-def _check(executor, spec, ranks, count, dtype, strategy, root=0, inplace=False, redop=None, params=None, exec_params=None):
+def _check(
+    executor, spec, ranks, count, dtype, strategy, root=0, inplace=False, redop=None, params=None, exec_params=None
+):
     _, np_dtype = resolve_dtype(dtype)
     inst = instantiate(spec, ranks, count, np_dtype.itemsize, root)
     program = derive_program(inst, strategy, dtype, redop, params or {}, inplace)
     runner = executor.prepare(program, **(exec_params or {}))
     result = check_program(inst, program, runner, seed=count + ranks, calls=2)
-    assert result.wrong == 0, f"{spec.name} R={ranks} count={count} {dtype} {strategy} root={root} inplace={inplace}: {result}"
+    assert result.wrong == 0, (
+        f"{spec.name} R={ranks} count={count} {dtype} {strategy} root={root} inplace={inplace}: {result}"
+    )
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=lambda s: s.name)
@@ -96,7 +100,10 @@ def test_large_counts(executor):
         assert result.wrong == 0, f"{name} {count} {dtype} {strategy}: {result}"
 
 
-@pytest.mark.parametrize("exec_params", [{"blocks": 1, "threads": 128, "unroll": 1}, {"blocks": 8, "threads": 512, "unroll": 4}, {"datapath": "ce"}])
+@pytest.mark.parametrize(
+    "exec_params",
+    [{"blocks": 1, "threads": 128, "unroll": 1}, {"blocks": 8, "threads": 512, "unroll": 4}, {"datapath": "ce"}],
+)
 def test_datapath_parameters(executor, exec_params):
     for name in ("all-reduce", "all-gather", "all-to-all", "broadcast"):
         spec = load_builtin(name)
@@ -104,18 +111,40 @@ def test_datapath_parameters(executor, exec_params):
             _check(executor, spec, 8, 12345, "float32", strategy, params={"channels": 2}, exec_params=exec_params)
 
 
-@pytest.mark.parametrize("exec_params", [{"blocks": 1, "threads": 128, "unroll": 1}, {"blocks": 4, "unroll": 4}], ids=["1x128-u1", "4x512-u4"])
+@pytest.mark.parametrize(
+    "exec_params",
+    [{"blocks": 1, "threads": 128, "unroll": 1}, {"blocks": 4, "unroll": 4}],
+    ids=["1x128-u1", "4x512-u4"],
+)
 def test_jitter_keeps_the_interpreter_exact(exec_params):
     """The interpreter with the test mode's random delays per block and step,
     fused and one launch per rank, copies and reductions, in and out of place."""
     from purlin_bench.backends.cupy.runtime.runner import KernelSettings
 
     shaken = KernelSettings(jitter_ns=4000, jitter_seed=3)
-    for executor in (PerRanks(timeout_s=5.0, settings=shaken), PerRanks(timeout_s=5.0, settings=shaken, split_launches=True)):
-        for name, strategy in (("all-gather", "push"), ("broadcast", "two-shot"), ("all-to-all", "ring"), ("reduce-scatter", "ring"), ("all-reduce", "two-shot")):
+    for executor in (
+        PerRanks(timeout_s=5.0, settings=shaken),
+        PerRanks(timeout_s=5.0, settings=shaken, split_launches=True),
+    ):
+        for name, strategy in (
+            ("all-gather", "push"),
+            ("broadcast", "two-shot"),
+            ("all-to-all", "ring"),
+            ("reduce-scatter", "ring"),
+            ("all-reduce", "two-shot"),
+        ):
             for count in (1, 1001, 65539):
                 _check(executor, load_builtin(name), 4, count, "float32", strategy, exec_params=exec_params)
-            _check(executor, load_builtin(name), 3, 70001, "bfloat16", strategy, inplace=name != "all-to-all", exec_params=exec_params)
+            _check(
+                executor,
+                load_builtin(name),
+                3,
+                70001,
+                "bfloat16",
+                strategy,
+                inplace=name != "all-to-all",
+                exec_params=exec_params,
+            )
 
 
 def test_split_launches_run_the_multi_gpu_protocol():
@@ -123,7 +152,16 @@ def test_split_launches_run_the_multi_gpu_protocol():
     split = PerRanks(split_launches=True, timeout_s=5.0)
     for name in ("all-reduce", "all-gather", "reduce-scatter", "broadcast", "all-to-all"):
         for strategy in STRATEGIES:
-            _check(split, load_builtin(name), 4, 999, "float32", strategy, params={"channels": 2}, exec_params={"blocks": 2})
+            _check(
+                split,
+                load_builtin(name),
+                4,
+                999,
+                "float32",
+                strategy,
+                params={"channels": 2},
+                exec_params={"blocks": 2},
+            )
 
 
 def test_graph_replays_stay_correct(executor):
@@ -178,8 +216,20 @@ def ring_without_its_last_notify():
     inst = instantiate(load_builtin("all-gather"), 4, 10000, 4)
     program = derive_program(inst, "ring", "float32")
     lists = [[list(steps) for steps in chans] for chans in program.lists]
-    final_waits = {s.waits[0]: (r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if getattr(s, "op", None) == "wait" and len(s.waits) == 1}
-    rank, channel, index = next((r, c, i) for r, chans in enumerate(lists) for c, steps in enumerate(chans) for i, s in enumerate(steps) if isinstance(s, Notify) and s.role == "data" and s.flag in final_waits)
+    final_waits = {
+        s.waits[0]: (r, c, i)
+        for r, chans in enumerate(lists)
+        for c, steps in enumerate(chans)
+        for i, s in enumerate(steps)
+        if getattr(s, "op", None) == "wait" and len(s.waits) == 1
+    }
+    rank, channel, index = next(
+        (r, c, i)
+        for r, chans in enumerate(lists)
+        for c, steps in enumerate(chans)
+        for i, s in enumerate(steps)
+        if isinstance(s, Notify) and s.role == "data" and s.flag in final_waits
+    )
     dropped = lists[rank][channel].pop(index)
     broken = dataclasses.replace(program, lists=tuple(tuple(tuple(s) for s in chans) for chans in lists))
     return inst, program, broken, dropped, final_waits[dropped.flag]

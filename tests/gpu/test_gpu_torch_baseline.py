@@ -23,7 +23,13 @@ torch = pytest.importorskip("torch")
 def test_one_call_matches_the_reference(spec):
     from purlin_bench.backends.cupy.baselines.torch_code import TorchBaseline
 
-    cases = [(8, 65536 + 3, "float32", "sum"), (3, 1001, "bfloat16", "sum"), (2, 1, "int32", "sum"), (8, 4099, "float16", "max"), (4, 777, "float32", "prod")]
+    cases = [
+        (8, 65536 + 3, "float32", "sum"),
+        (3, 1001, "bfloat16", "sum"),
+        (2, 1, "int32", "sum"),
+        (8, 4099, "float16", "max"),
+        (4, 777, "float32", "prod"),
+    ]
     for ranks, count, dtype, redop in cases:
         storage = resolve_dtype(dtype)[1]
         inst = instantiate(spec, ranks, count, storage.itemsize, ranks - 1 if spec.rooted else 0)
@@ -37,4 +43,6 @@ def test_one_call_matches_the_reference(spec):
             torch.cuda.synchronize()
             width = {2: np.uint16, 4: np.uint32}[storage.itemsize]
             for rank, (got, ref) in enumerate(zip(baseline.outputs(), want)):
-                assert np.array_equal(np.asarray(got).view(width), np.asarray(ref).view(width)), f"{spec.name} R={ranks} {dtype} {redop} rank {rank} ({baseline.describe()})"
+                assert np.array_equal(np.asarray(got).view(width), np.asarray(ref).view(width)), (
+                    f"{spec.name} R={ranks} {dtype} {redop} rank {rank} ({baseline.describe()})"
+                )

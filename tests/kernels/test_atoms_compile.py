@@ -32,7 +32,13 @@ def test_atoms_compile_without_warnings_or_spills(arch, tmp_path):
     source = data_dir("atoms") / "snac.cu"
     for k, (dtype, redop, unroll, threads, copy_only) in enumerate(VARIANTS):
         options = compile_options(dtype, redop, unroll, threads, sys_scope=bool(k % 2), copy_only=copy_only)
-        assert_builds_without_spills(source, list(options), arch, f"{dtype}/{redop} unroll={unroll} threads={threads} copy_only={copy_only}", tmp_path / "snac.o")
+        assert_builds_without_spills(
+            source,
+            list(options),
+            arch,
+            f"{dtype}/{redop} unroll={unroll} threads={threads} copy_only={copy_only}",
+            tmp_path / "snac.o",
+        )
 
 
 @pytest.mark.timeout(300)
@@ -49,10 +55,10 @@ def test_the_variable_size_build_compiles_without_spills(arch, tmp_path):
         # the one variant that pays it (docs/decisions.md, D44).
         builds += [("bfloat16", False), ("float16", False)]
     for dtype, copy_only in builds:
-        options = [*compile_options(dtype, "sum", 2, 512, sys_scope=True, copy_only=copy_only),
-                   "-DPURLIN_VARIABLE=1"]
-        assert_builds_without_spills(source, options, arch, f"variable {dtype} copy_only={copy_only}",
-                                     tmp_path / "snac.o")
+        options = [*compile_options(dtype, "sum", 2, 512, sys_scope=True, copy_only=copy_only), "-DPURLIN_VARIABLE=1"]
+        assert_builds_without_spills(
+            source, options, arch, f"variable {dtype} copy_only={copy_only}", tmp_path / "snac.o"
+        )
 
 
 @pytest.mark.timeout(300)
@@ -67,6 +73,9 @@ def test_the_jitter_test_mode_builds_without_spills(arch, tmp_path):
     source = data_dir("atoms") / "snac.cu"
     defines = KernelSettings(jitter_ns=2000, jitter_seed=5).defines()
     for unroll, copy_only in ((2, False), (4, True)):
-        options = [*compile_options("bfloat16", "sum", unroll, 512, sys_scope=True, copy_only=copy_only, defines=defines)]
-        assert_builds_without_spills(source, options, arch, f"jitter unroll={unroll} copy_only={copy_only}", tmp_path / "snac.o")
-
+        options = [
+            *compile_options("bfloat16", "sum", unroll, 512, sys_scope=True, copy_only=copy_only, defines=defines)
+        ]
+        assert_builds_without_spills(
+            source, options, arch, f"jitter unroll={unroll} copy_only={copy_only}", tmp_path / "snac.o"
+        )

@@ -116,7 +116,9 @@ def test_nvcc_builds_every_compiled_default_without_spills(tmp_path):
         ((_, inst, _),) = instances(load_builtin(collective), [nbytes], ranks, dtype, 0)
         config = service.default_config(inst)
         assert dict(config.exec_params)["kernel"] == "compiled"
-        program = derive_program(inst, config.strategy, dtype, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
+        program = derive_program(
+            inst, config.strategy, dtype, "sum" if inst.op == "reduce" else None, dict(config.plan_params), False
+        )
         source = CupyBackend(ranks).source(program, **dict(config.exec_params))
         _nvcc_builds_without_spills(source, f"{collective} default {config.text()} {dtype}", "sm_90", tmp_path)
 
@@ -138,7 +140,9 @@ def _elements(layout: BaseLayout, op):
     """{(buffer, element): (wrote, index in the slice)} of one op."""
     out = {}
     count = int(op["count"])
-    for packed, wrote in [(p, False) for p in op["src"][: int(op["nsrc"])]] + [(p, True) for p in op["dst"][: int(op["ndst"])]]:
+    for packed, wrote in [(p, False) for p in op["src"][: int(op["nsrc"])]] + [
+        (p, True) for p in op["dst"][: int(op["ndst"])]
+    ]:
         key, lo, _ = layout.span(packed, count)
         for i in range(count):
             was = out.get((key, lo + i), (False, i))
@@ -189,12 +193,17 @@ def test_where_a_barrier_is_left_out_no_element_changes_thread(collective, strat
                                     continue
                                 a = _thread_of(*psplit, int(prev["count"]), 16 // itemsize, stride, i)
                                 b = _thread_of(*split, int(op["count"]), 16 // itemsize, stride, mine[where][1])
-                                assert a == b, f"{collective}/{strategy} R={ranks} count={count}: ops {j} and {k} share {where} on threads {a} and {b} with no barrier"
+                                assert a == b, (
+                                    f"{collective}/{strategy} R={ranks} count={count}: ops {j} and {k}"
+                                    f" share {where} on threads {a} and {b} with no barrier"
+                                )
                         since.append(k)
                     previous = line
 
 
-@pytest.mark.parametrize(("collective", "strategy"), [("all-gather", "direct"), ("all-reduce", "ring"), ("all-to-all", "two-shot")])
+@pytest.mark.parametrize(
+    ("collective", "strategy"), [("all-gather", "direct"), ("all-reduce", "ring"), ("all-to-all", "two-shot")]
+)
 def test_every_flag_of_a_wait_or_notify_has_a_thread_of_its_own(collective, strategy):
     """Launches of one rank keep their waits and notifies (the call
     protocol), on every peer at once: thread w waits on flag w and thread k
@@ -243,7 +252,9 @@ def test_build_seconds_are_counted_once_per_build_also_after_eviction(monkeypatc
     from purlin_bench.backends.cupy.codegen import compiled
 
     builds = []
-    monkeypatch.setattr(compiled, "_build", lambda source, options, device: (builds.append(source) or f"kernel {source}", 1.5))
+    monkeypatch.setattr(
+        compiled, "_build", lambda source, options, device: (builds.append(source) or f"kernel {source}", 1.5)
+    )
     monkeypatch.setattr(compiled, "_BUILT", type(compiled._BUILT)())
     monkeypatch.setattr(compiled, "_BUILT_KEPT", 2)
     assert compiled.compiled_kernel("a", (), 0) == ("kernel a", 1.5)
@@ -260,13 +271,17 @@ def test_the_build_bound_weighs_operands_not_only_ops():
     # 256 reductions of 8 sources each took nvcc a minute (2026-12-04), where
     # 240 ring ops of one or two slices took 9 s: the first is refused.
     def weight(name, strategy, count, params):
-        program = derive_program(instantiate(load_builtin(name), 8, count, 4), strategy, "float32", "sum", params, False)
+        program = derive_program(
+            instantiate(load_builtin(name), 8, count, 4), strategy, "float32", "sum", params, False
+        )
         return build_weight(lower(program, list(range(8)), True, "sm", flag_id))
 
     heavy = weight("reduce-scatter", "two-shot", 1024, {"channels": 4})
     light = weight("all-reduce", "ring", 262144, {"slice_bytes": 65536})
     assert light <= MAX_BUILD_WEIGHT < heavy
-    program = derive_program(instantiate(load_builtin("reduce-scatter"), 8, 1024, 4), "two-shot", "float32", "sum", {"channels": 4}, False)
+    program = derive_program(
+        instantiate(load_builtin("reduce-scatter"), 8, 1024, 4), "two-shot", "float32", "sum", {"channels": 4}, False
+    )
     low = lower(program, list(range(8)), True, "sm", flag_id)
     assert len(low.ops) == 256  # within the old bound of ops alone
     with pytest.raises(CapacityError, match="too large for one compiled launch"):
@@ -293,11 +308,21 @@ def test_jitter_adds_delays_and_nothing_else(collective, strategy, ranks, dtype)
     ops = len(re.findall(r"// step \d+:", shaken))
     assert len(re.findall(r"jitter\(epoch, \d+, 0\);", shaken)) == ops  # one at every op's start
     body = _signature_and_body(shaken)[1]
-    assert len(re.findall(r"jitter\(epoch, \d+, 1\); u64\* const w", body)) == body.count("purlin_wait<")  # before each wait
-    assert len(re.findall(r"jitter\(epoch, \d+, 2\); fence_release\(\)", body)) == body.count("fence_release()")  # each notify
+    assert len(re.findall(r"jitter\(epoch, \d+, 1\); u64\* const w", body)) == body.count(
+        "purlin_wait<"
+    )  # before each wait
+    assert len(re.findall(r"jitter\(epoch, \d+, 2\); fence_release\(\)", body)) == body.count(
+        "fence_release()"
+    )  # each notify
     stripped = re.sub(r"    jitter\(epoch, \d+, 0\);\n", "", _signature_and_body(shaken)[1])
     stripped = re.sub(r"(if \(threadIdx.x == 0\) )?jitter\(epoch, \d+, [12]\); ", "", stripped)
-    assert stripped.replace("  const u64 epoch = epochs[blockIdx.x];  // the jitter's key; nothing else counts calls here\n", "  (void)epochs;\n") == _signature_and_body(plain)[1]
+    assert (
+        stripped.replace(
+            "  const u64 epoch = epochs[blockIdx.x];  // the jitter's key; nothing else counts calls here\n",
+            "  (void)epochs;\n",
+        )
+        == _signature_and_body(plain)[1]
+    )
 
 
 @pytest.mark.nvcc

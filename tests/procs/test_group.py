@@ -119,8 +119,15 @@ def spawn(server: StoreServer, tok: bytes, ranks, size: int, scenario: str, time
     host, port = server.address
     procs = []
     for rank in ranks:
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank),
-                   PURLIN_STORE=f"{host}:{port}", PURLIN_TOKEN=tok.hex(), PURLIN_RUN=run)
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE=str(size),
+            LOCAL_RANK=str(rank),
+            PURLIN_STORE=f"{host}:{port}",
+            PURLIN_TOKEN=tok.hex(),
+            PURLIN_RUN=run,
+        )
         procs.append(subprocess.Popen([sys.executable, "-c", CHILD, scenario, str(timeout), str(out)], env=env))
     return procs
 
@@ -359,8 +366,6 @@ def test_group_refuses_bad_arguments():
             g.broadcast(1, "b", root=1)
 
 
-
-
 @pytest.mark.timeout(30)
 def test_a_timeout_says_where_a_late_rank_was_last_seen():
     import threading
@@ -377,8 +382,6 @@ def test_a_timeout_says_where_a_late_rank_was_last_seen():
         assert str(info.value) == (
             "rank 0: waited 0.5 s at step 'b' for rank(s) 1 (1 last seen at step 'a', call 1; this is call 2)"
         )
-
-
 
 
 def test_a_cancelled_scope_stops_waits_in_it_and_the_next_scope_lines_up_again():

@@ -99,26 +99,50 @@ def test_from_environ_reads_purlin_and_torchrun_variables():
     assert from_environ({}) is None
     assert from_environ({"RANK": "0"}) is None
     tok = token()
-    env = from_environ({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "PURLIN_STORE": "127.0.0.1:5000",
-                        "PURLIN_TOKEN": tok.hex(), "PURLIN_RUN": "abc123", "PURLIN_DEVICE": "3"})
+    env = from_environ(
+        {
+            "RANK": "1",
+            "WORLD_SIZE": "4",
+            "LOCAL_RANK": "1",
+            "PURLIN_STORE": "127.0.0.1:5000",
+            "PURLIN_TOKEN": tok.hex(),
+            "PURLIN_RUN": "abc123",
+            "PURLIN_DEVICE": "3",
+        }
+    )
     assert env == RankEnv(1, 4, 1, ("127.0.0.1", 5000), tok, "abc123", 3, "purlin")
     assert tok.hex() not in repr(env)
-    tr = from_environ({"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "2", "MASTER_ADDR": "x",
-                       "TORCHELASTIC_RUN_ID": "a/b"})
+    tr = from_environ(
+        {"RANK": "2", "WORLD_SIZE": "3", "LOCAL_RANK": "2", "MASTER_ADDR": "x", "TORCHELASTIC_RUN_ID": "a/b"}
+    )
     assert tr == RankEnv(2, 3, 2, None, None, "a_b", None, "torchrun")
     assert from_environ({"RANK": "0", "WORLD_SIZE": "1"}).run == "torchrun"
 
 
-@pytest.mark.parametrize(("change", "names"), [
-    ({"RANK": "x"}, "RANK"), ({"WORLD_SIZE": "0"}, "WORLD_SIZE"), ({"RANK": "4"}, "RANK=4 is not below WORLD_SIZE=4"),
-    ({"LOCAL_RANK": "-1"}, "LOCAL_RANK"), ({"PURLIN_STORE": "nowhere"}, "PURLIN_STORE"),
-    ({"PURLIN_STORE": "h:99999"}, "PURLIN_STORE"), ({"PURLIN_TOKEN": "zz"}, "PURLIN_TOKEN"),
-    ({"PURLIN_TOKEN": ""}, "PURLIN_TOKEN"), ({"PURLIN_RUN": "../x"}, "PURLIN_RUN"),
-    ({"PURLIN_DEVICE": "gpu0"}, "PURLIN_DEVICE"),
-])
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        ({"RANK": "x"}, "RANK"),
+        ({"WORLD_SIZE": "0"}, "WORLD_SIZE"),
+        ({"RANK": "4"}, "RANK=4 is not below WORLD_SIZE=4"),
+        ({"LOCAL_RANK": "-1"}, "LOCAL_RANK"),
+        ({"PURLIN_STORE": "nowhere"}, "PURLIN_STORE"),
+        ({"PURLIN_STORE": "h:99999"}, "PURLIN_STORE"),
+        ({"PURLIN_TOKEN": "zz"}, "PURLIN_TOKEN"),
+        ({"PURLIN_TOKEN": ""}, "PURLIN_TOKEN"),
+        ({"PURLIN_RUN": "../x"}, "PURLIN_RUN"),
+        ({"PURLIN_DEVICE": "gpu0"}, "PURLIN_DEVICE"),
+    ],
+)
 def test_from_environ_refuses_malformed_values_in_one_line(change, names):
-    base = {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "PURLIN_STORE": "127.0.0.1:5000",
-            "PURLIN_TOKEN": "ab" * 32, "PURLIN_RUN": "r"}
+    base = {
+        "RANK": "1",
+        "WORLD_SIZE": "4",
+        "LOCAL_RANK": "1",
+        "PURLIN_STORE": "127.0.0.1:5000",
+        "PURLIN_TOKEN": "ab" * 32,
+        "PURLIN_RUN": "r",
+    }
     with pytest.raises(DistError) as info:
         from_environ({**base, **change})
     assert names in str(info.value) and "\n" not in str(info.value) and "ab" * 32 not in str(info.value)
@@ -162,9 +186,11 @@ def test_launch_stops_the_others_when_a_rank_is_killed(tmp_path, capfd):
 @pytest.mark.timeout(60)
 def test_launch_terminates_ranks_that_outstay_the_grace(tmp_path, capfd):
     # Ranks that sleep instead of waiting on the store never see the abort.
-    code = "import os, sys, time\n" \
-           "open(os.path.join(sys.argv[1], 'pid' + os.environ['RANK']), 'w').write(str(os.getpid()))\n" \
-           "if os.environ['RANK'] == '2': sys.exit(7)\ntime.sleep(600)"
+    code = (
+        "import os, sys, time\n"
+        "open(os.path.join(sys.argv[1], 'pid' + os.environ['RANK']), 'w').write(str(os.getpid()))\n"
+        "if os.environ['RANK'] == '2': sys.exit(7)\ntime.sleep(600)"
+    )
     t0 = time.monotonic()
     assert launch(["-c", code, str(tmp_path)], 3, grace_s=1) == 7
     assert time.monotonic() - t0 < 10

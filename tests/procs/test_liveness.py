@@ -69,9 +69,34 @@ def test_killing_a_rank_mid_run_stops_every_other_with_a_named_error(backend):
     environ = {**os.environ, "PYTHONPATH": str(ROOT)}
     environ.pop("PURLIN_WATCHDOG_S", None)
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "purlin_bench", "bench", "all", "--procs", "3", "--backend", backend,
-         "-b", "8", "-e", "1M", "-f", "2", "-n", "5", "-w", "1", "-G", "3"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "purlin_bench",
+            "bench",
+            "all",
+            "--procs",
+            "3",
+            "--backend",
+            backend,
+            "-b",
+            "8",
+            "-e",
+            "1M",
+            "-f",
+            "2",
+            "-n",
+            "5",
+            "-w",
+            "1",
+            "-G",
+            "3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environ,
+        cwd=ROOT,
     )
     ranks = _ranks_of(launcher, 3)
     time.sleep(3)  # in the middle of the benchmark's calls
@@ -104,8 +129,10 @@ def test_a_live_peer_busy_for_longer_than_the_bound_is_waited_for():
     while beating is no failure under a 1 s bound."""
     token = b"k" * 32
     with StoreServer(token) as server:
-        groups = [Group(Store(*server.address, token, timeout_s=1), r, 2, "slow", timeout_s=20, silence_s=1.0)
-                  for r in range(2)]
+        groups = [
+            Group(Store(*server.address, token, timeout_s=1), r, 2, "slow", timeout_s=20, silence_s=1.0)
+            for r in range(2)
+        ]
 
         def late() -> None:
             time.sleep(3)
@@ -136,8 +163,9 @@ def test_a_stopped_peer_ends_a_barrier_within_the_bound_naming_it_and_the_step()
     token = b"f" * 32
     with StoreServer(token) as server:
         group = Group(Store(*server.address, token, timeout_s=1), 0, 2, "frozen", timeout_s=60, silence_s=1.0)
-        child = subprocess.Popen([sys.executable, "-c", STOPPABLE, *map(str, server.address), token.hex()],
-                                 env=_environ())
+        child = subprocess.Popen(
+            [sys.executable, "-c", STOPPABLE, *map(str, server.address), token.hex()], env=_environ()
+        )
         try:
             start = time.monotonic()
             with pytest.raises(PeerTimeout) as info:
@@ -179,11 +207,23 @@ def test_an_address_that_accepts_and_never_greets_is_one_line_within_the_bound()
         assert time.monotonic() - start < 3
         assert "sent no greeting within 1 s" in str(info.value) and "\n" not in str(info.value)
         # A rank pointed at it gives up within the user's watchdog, in one line, not after 600 s.
-        environ = _environ(RANK="1", WORLD_SIZE="2", PURLIN_STORE=f"{host}:{port}", PURLIN_TOKEN="ab" * 32,
-                           PURLIN_RUN="silent", PURLIN_WATCHDOG_S="2")
+        environ = _environ(
+            RANK="1",
+            WORLD_SIZE="2",
+            PURLIN_STORE=f"{host}:{port}",
+            PURLIN_TOKEN="ab" * 32,
+            PURLIN_RUN="silent",
+            PURLIN_WATCHDOG_S="2",
+        )
         start = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "purlin_bench", "check", "all-reduce", "--backend", "numpy"],
-                              capture_output=True, text=True, timeout=25, env=environ, cwd=ROOT)
+        done = subprocess.run(
+            [sys.executable, "-m", "purlin_bench", "check", "all-reduce", "--backend", "numpy"],
+            capture_output=True,
+            text=True,
+            timeout=25,
+            env=environ,
+            cwd=ROOT,
+        )
         assert time.monotonic() - start < 15
     finally:
         silent.close()
@@ -198,9 +238,36 @@ def test_a_stopped_rank_ends_the_run_within_the_watchdog_naming_it():
     watchdog, in one line, and the launcher ends the stopped rank at once:
     no 600 s command timeout, no grace period for a rank that cannot act."""
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "purlin_bench", "bench", "all-reduce", "--procs", "2", "--backend", "numpy",
-         "--strategy", "all", "-b", "1K", "-e", "4M", "-f", "2", "-n", "50", "-w", "1", "-G", "5"],  # about 10 s
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_environ(PURLIN_WATCHDOG_S="2"), cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "purlin_bench",
+            "bench",
+            "all-reduce",
+            "--procs",
+            "2",
+            "--backend",
+            "numpy",
+            "--strategy",
+            "all",
+            "-b",
+            "1K",
+            "-e",
+            "4M",
+            "-f",
+            "2",
+            "-n",
+            "50",
+            "-w",
+            "1",
+            "-G",
+            "5",
+        ],  # about 10 s
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_environ(PURLIN_WATCHDOG_S="2"),
+        cwd=ROOT,
     )
     ranks: dict[int, int] = {}
     try:

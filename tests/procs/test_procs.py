@@ -33,8 +33,14 @@ def purlin(*args: str, timeout: float = 240, env: dict | None = None, **kw) -> s
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PURLIN_STORE", "PURLIN_TOKEN", "PURLIN_RUN", "PURLIN_WATCHDOG_S"):
         environ.pop(name, None)
     environ.update(env or {})
-    with subprocess.Popen([sys.executable, "-m", "purlin_bench", *args], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, env=environ, cwd=kw.get("cwd", ROOT)) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-m", "purlin_bench", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environ,
+        cwd=kw.get("cwd", ROOT),
+    ) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -56,8 +62,21 @@ def own_run_dirs(launcher_pid: int) -> set[str]:
 
 @pytest.mark.timeout(300)
 def test_check_every_collective_and_strategy_on_2_3_and_5_processes():
-    done = purlin("check", "all", "--procs", "2,3,5", "--backend", "numpy", "--strategy", "all",
-                  "--dtype", "float32,int32", "--count", "1,1001", "--failed-only")
+    done = purlin(
+        "check",
+        "all",
+        "--procs",
+        "2,3,5",
+        "--backend",
+        "numpy",
+        "--strategy",
+        "all",
+        "--dtype",
+        "float32,int32",
+        "--count",
+        "1,1001",
+        "--failed-only",
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     verdicts = [line for line in done.stdout.splitlines() if "passed" in line]
     assert len(verdicts) == 3 and all(v.startswith("all passed") for v in verdicts), done.stdout
@@ -68,8 +87,20 @@ def test_check_every_collective_and_strategy_on_2_3_and_5_processes():
 @pytest.mark.timeout(120)
 def test_bench_prints_the_nccl_tests_columns_once_from_rank_0(tmp_path):
     out = tmp_path / "bench.json"
-    done = purlin("bench", "all-reduce", "--procs", "2", "--backend", "numpy", "-e", "1K", "--json", str(out),
-                  "--format", "nccl-tests")
+    done = purlin(
+        "bench",
+        "all-reduce",
+        "--procs",
+        "2",
+        "--backend",
+        "numpy",
+        "-e",
+        "1K",
+        "--json",
+        str(out),
+        "--format",
+        "nccl-tests",
+    )
     assert done.returncode == 0, done.stderr
     header = [line for line in done.stdout.splitlines() if "redop" in line]
     assert len(header) == 1 and "#wrong" in header[0] and "busbw" in header[0], done.stdout
@@ -84,9 +115,33 @@ def test_bench_prints_the_nccl_tests_columns_once_from_rank_0(tmp_path):
 @pytest.mark.timeout(200)
 def test_bench_on_one_gpu_with_ranks_in_processes_leaves_nccl_out_and_says_why(tmp_path):
     out = tmp_path / "bench.json"
-    done = purlin("bench", "all-reduce", "--procs", "2", "--backend", "cupy", "-b", "8", "-e", "1K", "-f", "16",
-                  "-n", "3", "-w", "1", "-G", "1",
-                  "--baseline", "nccl,default", "--json", str(out), "--format", "nccl-tests", timeout=180)
+    done = purlin(
+        "bench",
+        "all-reduce",
+        "--procs",
+        "2",
+        "--backend",
+        "cupy",
+        "-b",
+        "8",
+        "-e",
+        "1K",
+        "-f",
+        "16",
+        "-n",
+        "3",
+        "-w",
+        "1",
+        "-G",
+        "1",
+        "--baseline",
+        "nccl,default",
+        "--json",
+        str(out),
+        "--format",
+        "nccl-tests",
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     header = [line for line in done.stdout.splitlines() if "redop" in line]
     assert len(header) == 1 and "#wrong" in header[0], done.stdout
@@ -98,8 +153,24 @@ def test_bench_on_one_gpu_with_ranks_in_processes_leaves_nccl_out_and_says_why(t
 
 @pytest.mark.timeout(200)
 def test_tune_writes_a_plan_for_the_process_layout(tmp_path):
-    done = purlin("tune", "all-reduce", "--procs", "2", "--backend", "numpy", "--out", str(tmp_path), "--trials", "3",
-                  "--dtype", "float32", "--sizes", "1K", "--confirm", "1")
+    done = purlin(
+        "tune",
+        "all-reduce",
+        "--procs",
+        "2",
+        "--backend",
+        "numpy",
+        "--out",
+        str(tmp_path),
+        "--trials",
+        "3",
+        "--dtype",
+        "float32",
+        "--sizes",
+        "1K",
+        "--confirm",
+        "1",
+    )
     assert done.returncode == 0, done.stderr
     path = tmp_path / "cpu" / "all-reduce-2proc-cpu-float32.json"
     assert path.is_file(), list(tmp_path.rglob("*"))
@@ -133,8 +204,22 @@ def test_a_watchdog_on_one_rank_stops_the_others_at_once():
     """A call that times out on one rank (a 5 ms watchdog) ends the command
     on every rank in seconds: none is left in a barrier of the same command."""
     start = time.monotonic()
-    done = purlin("bench", "all-reduce", "--procs", "3", "--backend", "numpy", "-b", "1M", "-e", "4M",
-                  "--strategy", "all", env={"PURLIN_WATCHDOG_S": "0.005"}, timeout=90)
+    done = purlin(
+        "bench",
+        "all-reduce",
+        "--procs",
+        "3",
+        "--backend",
+        "numpy",
+        "-b",
+        "1M",
+        "-e",
+        "4M",
+        "--strategy",
+        "all",
+        env={"PURLIN_WATCHDOG_S": "0.005"},
+        timeout=90,
+    )
     assert time.monotonic() - start < 60
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
@@ -153,8 +238,10 @@ def test_a_stray_rank_environment_does_not_make_a_run():
 def test_procs_bad_input_is_one_line_before_any_process_starts():
     for args, says in [
         (("check", "all-reduce", "--procs", "2,3", "--backend", "numpy", "--json"), "one --procs count"),
-        (("bench", "all-reduce", "--procs", "2,3", "--backend", "numpy", "--csv", "/tmp/never.csv"),
-         "one --procs count"),
+        (
+            ("bench", "all-reduce", "--procs", "2,3", "--backend", "numpy", "--csv", "/tmp/never.csv"),
+            "one --procs count",
+        ),
         (("check", "all-reduce", "--procs", "2", "--ranks", "3", "--backend", "numpy"), "leave out --ranks"),
         (("check", "all-reduce", "--procs", "0", "--backend", "numpy"), "--procs"),
         (("check", "all-reduce", "--procs", "two", "--backend", "numpy"), "--procs"),
@@ -166,8 +253,9 @@ def test_procs_bad_input_is_one_line_before_any_process_starts():
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and says in lines[0], (args, done.stderr)
     for value in ("abc", "nan", "0", "-1"):
-        done = purlin("check", "all-reduce", "--procs", "2", "--backend", "numpy", env={"PURLIN_WATCHDOG_S": value},
-                      timeout=60)
+        done = purlin(
+            "check", "all-reduce", "--procs", "2", "--backend", "numpy", env={"PURLIN_WATCHDOG_S": value}, timeout=60
+        )
         one_line = done.stderr.strip().count("\n") == 0
         assert done.returncode != 0 and one_line and "PURLIN_WATCHDOG_S" in done.stderr, done.stderr
 
@@ -219,8 +307,10 @@ def test_a_peer_that_never_calls_is_a_watchdog_naming_rank_step_and_flag(tmp_pat
     server, procs = _two_ranks(tmp_path, 0.5)
     _, program = _program("all-reduce", "direct", 64)
     runners: list[RankRunner | None] = [None, None]
-    threads = [threading.Thread(target=lambda r=r: runners.__setitem__(r, RankRunner(program, procs[r], 1, "w")))
-               for r in range(2)]
+    threads = [
+        threading.Thread(target=lambda r=r: runners.__setitem__(r, RankRunner(program, procs[r], 1, "w")))
+        for r in range(2)
+    ]
     [t.start() for t in threads]
     [t.join() for t in threads]
     start = time.monotonic()
@@ -275,9 +365,24 @@ def test_processors_that_reorder_stores_are_refused_in_one_line():
 @pytest.mark.parametrize("procs", [2, 4])
 def test_check_on_one_gpu_with_ranks_in_processes(procs):
     """Correctness only: the processes time-slice the GPU."""
-    done = purlin("check", "all", "--procs", str(procs), "--backend", "cupy", "--strategy", "all",
-                  "--dtype", "float32,bfloat16,int32", "--count", "1,1001,65539", "--root", "all", "--failed-only",
-                  timeout=280)
+    done = purlin(
+        "check",
+        "all",
+        "--procs",
+        str(procs),
+        "--backend",
+        "cupy",
+        "--strategy",
+        "all",
+        "--dtype",
+        "float32,bfloat16,int32",
+        "--count",
+        "1,1001,65539",
+        "--root",
+        "all",
+        "--failed-only",
+        timeout=280,
+    )
     assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     assert "all passed" in done.stdout and " 0 wrong, 0 errors" in done.stdout
 
@@ -288,8 +393,22 @@ def test_check_on_one_gpu_with_ranks_in_processes(procs):
 def test_rooted_collectives_with_ranks_in_processes_on_one_gpu(collective):
     """The root has the data and its peers little or none: every process
     must still launch the same blocks a group (their notifies count them)."""
-    done = purlin("check", collective, "--procs", "2", "--backend", "cupy", "--strategy", "all",
-                  "--count", "4096,65539", "--root", "all", "--failed-only", timeout=150)
+    done = purlin(
+        "check",
+        collective,
+        "--procs",
+        "2",
+        "--backend",
+        "cupy",
+        "--strategy",
+        "all",
+        "--count",
+        "4096,65539",
+        "--root",
+        "all",
+        "--failed-only",
+        timeout=150,
+    )
     assert done.returncode == 0, done.stderr + done.stdout[-3000:]
     assert "all passed" in done.stdout and " 0 wrong, 0 errors" in done.stdout
 
@@ -400,7 +519,14 @@ def test_an_error_crosses_ranks_by_its_class_name():
     from purlin_bench.base.errors import CallAborted, CapacityError, ExecutionError, ProgramError
     from purlin_bench.program.validate import ProgramInvalid
 
-    for exc in (CapacityError("c"), ProgramInvalid("p"), Cancelled("x"), ExecutionError("e"), WatchdogTimeout("w"), CallAborted("a")):
+    for exc in (
+        CapacityError("c"),
+        ProgramInvalid("p"),
+        Cancelled("x"),
+        ExecutionError("e"),
+        WatchdogTimeout("w"),
+        CallAborted("a"),
+    ):
         kind = pickle.loads(pickle.dumps(error_kind(exc)))
         back = error_of(kind, "m")
         kept = isinstance(exc, (CapacityError, Cancelled, CallAborted))
@@ -410,7 +536,11 @@ def test_an_error_crosses_ranks_by_its_class_name():
     orders = [kind_order(error_kind(e)) for e in (ExecutionError("e"), CapacityError("c"), Cancelled("x"))]
     assert orders == sorted(set(orders))
     # a call left because another rank's wait timed out is said after that timeout, as a cancellation is
-    assert kind_order(error_kind(CallAborted("a"))) == kind_order(error_kind(Cancelled("x"))) > kind_order(error_kind(WatchdogTimeout("w")))
+    assert (
+        kind_order(error_kind(CallAborted("a")))
+        == kind_order(error_kind(Cancelled("x")))
+        > kind_order(error_kind(WatchdogTimeout("w")))
+    )
 
 
 class _DeviceExchangingWorld:

@@ -63,7 +63,12 @@ def test_count_for_matches_torch_shapes(collective, rank, n_in, count, n_out):
 def test_count_for_refuses_sizes_that_fit_no_count():
     from purlin_bench.torch._setup import count_for
 
-    for collective, n_in, n_out in [("reduce-scatter", 6, None), ("all-gather", 0, None), ("all-gather", 8, 9), ("all-to-all", 10, None)]:
+    for collective, n_in, n_out in [
+        ("reduce-scatter", 6, None),
+        ("all-gather", 0, None),
+        ("all-gather", 8, 9),
+        ("all-to-all", 10, None),
+    ]:
         with pytest.raises(PurlinError, match="fits no count") as info:
             count_for(resolve(collective), 4, 1, 0, 4, n_in, n_out)
         assert "\n" not in str(info.value)
@@ -82,7 +87,16 @@ def _torchrun(*args: str) -> subprocess.CompletedProcess:
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA GPU")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(ROOT / "examples" / "tp_mlp.py"), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(ROOT / "examples" / "tp_mlp.py"),
+        *args,
+    ]
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return done

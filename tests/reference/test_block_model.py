@@ -46,7 +46,8 @@ def _exact(runner, inst, redop, seed=0) -> bool:
 
 
 @pytest.mark.timeout(120)
-# Sizes per call (count: variable) need counts with each call: tests/reference/test_variable_reference.py splits them over blocks.
+# Sizes per call (count: variable) need counts with each call:
+# tests/reference/test_variable_reference.py splits them over blocks.
 @pytest.mark.parametrize("spec", [s for s in load_all_builtin() if not s.variable], ids=lambda s: s.name)
 def test_every_builtin_and_strategy_is_exact_split_over_blocks(spec):
     for ranks, count, blocks, threads in ((2, 33, 3, 1), (3, 1001, 2, 2), (5, 7, 4, 1)):

@@ -19,7 +19,9 @@ class RingTooLong(FakeBackend):
 
 
 def test_a_capacity_refusal_is_not_applicable_and_the_rest_pass():
-    request = m.Request((load_builtin("reduce-scatter"),), (4,), ("direct", "ring"), ("float32",), (7,), None, None, (False,))
+    request = m.Request(
+        (load_builtin("reduce-scatter"),), (4,), ("direct", "ring"), ("float32",), (7,), None, None, (False,)
+    )
     runner = m.JobRunner(FakeBackend, seed=0)
     runner.services[4] = MeasurementService(RingTooLong(4))
     outcomes = [item if isinstance(item, m.Outcome) else runner.run(item) for item in m.expand(request)]

@@ -54,8 +54,9 @@ def test_exact_sums_stay_exact_in_any_order(name):
 
 
 def test_every_collective_is_exact_in_fp8_on_the_cpu(capsys):
-    code, out, _ = purlin(capsys, "check", "all", "--dtype", ",".join(FP8), "--op", "all", "--ranks", "1,2,9",
-                          "--count", "77", "--json")
+    code, out, _ = purlin(
+        capsys, "check", "all", "--dtype", ",".join(FP8), "--op", "all", "--ranks", "1,2,9", "--count", "77", "--json"
+    )
     data = json.loads(out)
     assert code == 0 and data["summary"]["failed"] == 0 and data["summary"]["errors"] == 0
     assert {r["dtype"] for r in data["results"] if r["status"] == "pass"} == set(FP8)

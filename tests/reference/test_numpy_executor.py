@@ -46,10 +46,15 @@ def test_every_combination_matches_the_reference(spec, strategy, ranks):
                 for inplace in _inplace_modes(inst):
                     for redop in redops:
                         program = derive_program(inst, strategy, dtype, redop, inplace=inplace)
-                        result = check_program(inst, program, NumpyRunner(program, seed=ranks + count), seed=root, calls=1)
+                        result = check_program(
+                            inst, program, NumpyRunner(program, seed=ranks + count), seed=root, calls=1
+                        )
                         ran += 1
                         if not result.ok:
-                            failures.append(f"root={root} count={count} {dtype} {redop} inplace={inplace}: {result.wrong}/{result.total} wrong")
+                            failures.append(
+                                f"root={root} count={count} {dtype}"
+                                f" {redop} inplace={inplace}: {result.wrong}/{result.total} wrong"
+                            )
     assert ran > 0
     assert not failures, "\n".join(failures)
 

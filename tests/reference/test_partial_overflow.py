@@ -76,4 +76,6 @@ def test_purlin_checks_note_names_the_cause(monkeypatch):
     assert outcomes["direct"].status == m.PASS and outcomes["direct"].note == ""
     ring = outcomes["ring"]
     assert ring.status == m.FAIL
-    assert "differ from the reference" in ring.note and "can overflow float16 in a partial sum in ring order" in ring.note
+    assert (
+        "differ from the reference" in ring.note and "can overflow float16 in a partial sum in ring order" in ring.note
+    )

@@ -98,9 +98,26 @@ def test_the_thread_block_split_runs_variable_sizes():
 @pytest.mark.timeout(240)
 def test_check_with_a_rank_per_process():
     # Every process draws the same counts (one seed) and loads them with the inputs.
-    args = ["check", "all-to-all-v,reduce-scatter-v", "--procs", "3", "--backend", "numpy", "--strategy", "push,ring",
-            "--count", "0,9", "--no-inplace"]
-    done = subprocess.run([sys.executable, "-m", "purlin_bench", *args], capture_output=True, text=True, timeout=200,
-                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    args = [
+        "check",
+        "all-to-all-v,reduce-scatter-v",
+        "--procs",
+        "3",
+        "--backend",
+        "numpy",
+        "--strategy",
+        "push,ring",
+        "--count",
+        "0,9",
+        "--no-inplace",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "purlin_bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     assert "all passed: 8 passed, 0 wrong, 0 errors" in done.stdout, done.stdout

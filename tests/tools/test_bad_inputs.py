@@ -58,7 +58,18 @@ def binary_json(tmp_path) -> Path:
         (("bench", "all-reduce", "--plan", "{json}", "--backend", "numpy", "-e", "64"), "json"),
         (("plot", "{json}", "--output", "{tmp}/x.png"), "json"),
     ],
-    ids=["check", "check-spec", "show-spec", "list-spec", "bench-spec", "tune-sweep", "export-plan", "export-spec", "bench-plan", "plot-input"],
+    ids=[
+        "check",
+        "check-spec",
+        "show-spec",
+        "list-spec",
+        "bench-spec",
+        "tune-sweep",
+        "export-plan",
+        "export-spec",
+        "bench-plan",
+        "plot-input",
+    ],
 )
 def test_a_binary_file_is_one_line_naming_it(capsys, tmp_path, binary, binary_json, args, named):
     files = {"yaml": binary, "json": binary_json}
@@ -100,7 +111,12 @@ def bench_result(capsys, tmp_path) -> Path:
 @pytest.mark.parametrize("option", ["bench --json", "bench --csv", "bench --plot", "export --output", "plot --output"])
 @pytest.mark.parametrize(
     ("target", "fragment"),
-    [("{tmp}/folder", "is a folder"), ("{tmp}/missing/x.png", "does not exist"), ("/proc/x.png", "cannot write in /proc"), ("{tmp}/afile/x.png", "is not a folder")],
+    [
+        ("{tmp}/folder", "is a folder"),
+        ("{tmp}/missing/x.png", "does not exist"),
+        ("/proc/x.png", "cannot write in /proc"),
+        ("{tmp}/afile/x.png", "is not a folder"),
+    ],
     ids=["existing-folder", "missing-folder", "proc", "parent-is-a-file"],
 )
 def test_every_output_option_is_checked_first(capsys, tmp_path, plan_file, bench_result, option, target, fragment):
@@ -137,7 +153,9 @@ def test_tune_out_that_is_a_file_is_refused(capsys, tmp_path):
 def test_outputs_are_readable_by_others_whatever_the_umask(capsys, tmp_path):
     old = os.umask(0o077)
     try:
-        code, _, err = purlin(capsys, *BENCH, "--json", tmp_path / "r.json", "--csv", tmp_path / "r.csv", "--plot", tmp_path / "r.png")
+        code, _, err = purlin(
+            capsys, *BENCH, "--json", tmp_path / "r.json", "--csv", tmp_path / "r.csv", "--plot", tmp_path / "r.png"
+        )
     finally:
         os.umask(old)
     assert code == 0, err
@@ -150,7 +168,12 @@ def test_outputs_are_readable_by_others_whatever_the_umask(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     "args",
-    [("show", "all-reduce", "--ranks", "10000"), ("check", "all-reduce", "--ranks", "2,10000"), ("bench", "all-reduce", "--backend", "numpy", "--ranks", "10000"), ("tune", "all-reduce", "--backend", "numpy", "--ranks", "10000")],
+    [
+        ("show", "all-reduce", "--ranks", "10000"),
+        ("check", "all-reduce", "--ranks", "2,10000"),
+        ("bench", "all-reduce", "--backend", "numpy", "--ranks", "10000"),
+        ("tune", "all-reduce", "--backend", "numpy", "--ranks", "10000"),
+    ],
     ids=["show", "check", "bench", "tune"],
 )
 def test_rank_count_bound(capsys, args):
@@ -173,7 +196,10 @@ def test_spec_loop_bound(capsys, tmp_path, loops):
     spec = tmp_path / "loopy.yaml"
     names = ", ".join(l.split()[0] for l in loops)
     body = "\n".join(f"      - {l}" for l in loops)
-    spec.write_text(f"name: loopy\nop: copy\ninput:\n  - chunk: c(r, {names})\n    for:\n{body}\noutput:\n  - chunk: c(r, {names})\n    for:\n{body}\n")
+    spec.write_text(
+        f"name: loopy\nop: copy\ninput:\n  - chunk: c(r, {names})\n    for:\n{body}\n"
+        f"output:\n  - chunk: c(r, {names})\n    for:\n{body}\n"
+    )
     refused(capsys, "more than 16384 iterations", "list", "--spec", spec)
 
 
@@ -188,7 +214,11 @@ def test_spec_loops_under_the_bound_still_load(capsys):
 
 @pytest.mark.parametrize(
     "args",
-    [("check", "all-reduce", "--ranks", "2", "--count", "100000000000"), ("bench", "all-reduce", "--backend", "numpy", "-e", "100G"), ("bench", "all-gather", "--backend", "numpy", "-e", "1T")],
+    [
+        ("check", "all-reduce", "--ranks", "2", "--count", "100000000000"),
+        ("bench", "all-reduce", "--backend", "numpy", "-e", "100G"),
+        ("bench", "all-gather", "--backend", "numpy", "-e", "1T"),
+    ],
     ids=["check-count", "bench-maxbytes", "bench-copy"],
 )
 def test_memory_bound_on_the_cpu_says_need_and_have(capsys, args):
@@ -221,7 +251,17 @@ def test_memory_estimate_grows_with_the_instance():
         (("tune", "all-reduce", "--backend", "numpy", "--dtype", ""), "--dtype is empty"),
         (("tune", "all-reduce", "--backend", "numpy", "--storage", ""), "--storage is empty"),
     ],
-    ids=["check-5", "baseline-nccl", "baseline-cupy", "bench-op-copy", "check-op-copy", "sizes-empty", "sizes-comma", "dtype-empty", "storage-empty"],
+    ids=[
+        "check-5",
+        "baseline-nccl",
+        "baseline-cupy",
+        "bench-op-copy",
+        "check-op-copy",
+        "sizes-empty",
+        "sizes-comma",
+        "dtype-empty",
+        "storage-empty",
+    ],
 )
 def test_values_that_meant_something_else_are_refused(capsys, args, fragment):
     refused(capsys, fragment, *args)
@@ -229,7 +269,9 @@ def test_values_that_meant_something_else_are_refused(capsys, args, fragment):
 
 def test_op_on_all_collectives_is_kept_for_the_reductions(capsys):
     # 'all' mixes copies and reductions: --op applies to the reductions
-    code, _, err = purlin(capsys, "check", "all", "--op", "max", "--ranks", "2", "--strategy", "direct", "--count", "3", "--no-inplace")
+    code, _, err = purlin(
+        capsys, "check", "all", "--op", "max", "--ranks", "2", "--strategy", "direct", "--count", "3", "--no-inplace"
+    )
     assert code == 0, err
 
 
@@ -243,9 +285,19 @@ def test_sqlite_storage_in_a_missing_folder_is_refused_not_created(capsys, tmp_p
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-@pytest.mark.parametrize("args", [("show", "all-reduce", "--json"), ("list", "--json"), ("list",)], ids=["show-json", "list-json", "list-table"])
+@pytest.mark.parametrize(
+    "args",
+    [("show", "all-reduce", "--json"), ("list", "--json"), ("list",)],
+    ids=["show-json", "list-json", "list-table"],
+)
 def test_stdout_on_a_full_disk_is_one_line(args):
     with open("/dev/full", "w") as full:
-        proc = subprocess.run([sys.executable, "-c", "from purlin_bench.cli.main import run; run()", *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", "from purlin_bench.cli.main import run; run()", *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
     assert proc.returncode != 0
     assert proc.stderr.splitlines() == ["purlin: error: cannot write to stdout: No space left on device"], proc.stderr

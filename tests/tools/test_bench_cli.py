@@ -27,7 +27,9 @@ def assert_one_line_error(code: int, err: str, fragment: str) -> None:
 
 def bench_json(capsys, tmp_path, *args) -> dict:
     path = tmp_path / "out.json"
-    code, out, err = purlin(capsys, "bench", *args, "--backend", "numpy", "-n", "1", "-w", "0", "-G", "1", "--json", path)
+    code, out, err = purlin(
+        capsys, "bench", *args, "--backend", "numpy", "-n", "1", "-w", "0", "-G", "1", "--json", path
+    )
     assert code == 0, err
     return json.loads(path.read_text())
 
@@ -65,7 +67,33 @@ def test_sizes_counts_and_bus_bandwidth_follow_nccl_tests(capsys, tmp_path, name
 
 def test_sweep_every_strategy_and_the_summary(capsys, tmp_path):
     path, table = tmp_path / "r.json", tmp_path / "r.csv"
-    code, out, err = purlin(capsys, "bench", "all-gather", "-b", 64, "-e", 1024, "-f", 4, "--ranks", 3, "--strategy", "all", "--backend", "numpy", "-n", 1, "-w", 0, "-G", 1, "--json", path, "--csv", table)
+    code, out, err = purlin(
+        capsys,
+        "bench",
+        "all-gather",
+        "-b",
+        64,
+        "-e",
+        1024,
+        "-f",
+        4,
+        "--ranks",
+        3,
+        "--strategy",
+        "all",
+        "--backend",
+        "numpy",
+        "-n",
+        1,
+        "-w",
+        0,
+        "-G",
+        1,
+        "--json",
+        path,
+        "--csv",
+        table,
+    )
     assert code == 0, err
     rows = json.loads(path.read_text())["results"]
     # 64, 256, 1024 bytes (counts 5, 21, 85: whole elements per chunk) x 4 strategies
@@ -90,7 +118,27 @@ def test_wrong_outputs_fail_the_exit_code_and_are_counted(capsys, tmp_path, monk
 
     monkeypatch.setattr(NumpyRunner, "outputs", off_by_one)
     path = tmp_path / "w.json"
-    code, out, err = purlin(capsys, "bench", "all-reduce", "-b", 64, "-e", 64, "--ranks", 2, "--backend", "numpy", "-n", 1, "-w", 0, "-G", 1, "--json", path)
+    code, out, err = purlin(
+        capsys,
+        "bench",
+        "all-reduce",
+        "-b",
+        64,
+        "-e",
+        64,
+        "--ranks",
+        2,
+        "--backend",
+        "numpy",
+        "-n",
+        1,
+        "-w",
+        0,
+        "-G",
+        1,
+        "--json",
+        path,
+    )
     assert_one_line_error(code, err, "some outputs were wrong (see #wrong)")
     (row,) = json.loads(path.read_text())["results"]
     assert row["out_of_place"]["nwrong"] == 1 and row["in_place"]["nwrong"] == 1
@@ -147,18 +195,53 @@ def test_bad_input_is_one_line(capsys, tmp_path, args, fragment):
 
 def test_slice_bytes_takes_a_size_with_a_unit(capsys, tmp_path):
     # --slice-bytes was a plain int option here while `purlin show` took 4K.
-    data = bench_json(capsys, tmp_path, "all-reduce", "--slice-bytes", "4K", "-b", "64K", "-e", "64K", "--ranks", 4, "--strategy", "ring")
+    data = bench_json(
+        capsys,
+        tmp_path,
+        "all-reduce",
+        "--slice-bytes",
+        "4K",
+        "-b",
+        "64K",
+        "-e",
+        "64K",
+        "--ranks",
+        4,
+        "--strategy",
+        "ring",
+    )
     assert [r["config"]["plan_params"]["slice_bytes"] for r in data["results"]] == [4096]
     assert [r["size"] for r in data["results"]] == [65536]
 
 
 def test_slice_bytes_4k_with_the_default_strategy(capsys):
-    code, out, err = purlin(capsys, "bench", "all-reduce", "--slice-bytes", "4K", "-e", "64K", "--backend", "numpy", "-n", "1", "-w", "0", "-G", "1", "--ranks", 2)
+    code, out, err = purlin(
+        capsys,
+        "bench",
+        "all-reduce",
+        "--slice-bytes",
+        "4K",
+        "-e",
+        "64K",
+        "--backend",
+        "numpy",
+        "-n",
+        "1",
+        "-w",
+        "0",
+        "-G",
+        "1",
+        "--ranks",
+        2,
+    )
     assert code == 0, err
     assert "slice_bytes=4096" in out and "65536" in out
 
 
-@pytest.mark.parametrize(("content", "fragment"), [("{not json", "not valid JSON"), ('{"results": [{"size": 1}]}', "not a purlin bench result")])
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [("{not json", "not valid JSON"), ('{"results": [{"size": 1}]}', "not a purlin bench result")],
+)
 def test_plot_refuses_what_is_not_a_bench_result(capsys, tmp_path, content, fragment):
     bad = tmp_path / "bad.json"
     bad.write_text(content)
@@ -177,7 +260,23 @@ def test_exact_inputs_make_every_dtype_exact(capsys, tmp_path):
 
 
 def test_default_as_a_baseline_rates_a_configuration_in_the_same_run(capsys, tmp_path):
-    data = bench_json(capsys, tmp_path, "all-reduce", "-b", 64, "-e", 4096, "-f", 64, "--ranks", 4, "--strategy", "ring", "--baseline", "auto,default")
+    data = bench_json(
+        capsys,
+        tmp_path,
+        "all-reduce",
+        "-b",
+        64,
+        "-e",
+        4096,
+        "-f",
+        64,
+        "--ranks",
+        4,
+        "--strategy",
+        "ring",
+        "--baseline",
+        "auto,default",
+    )
     assert len(data["results"]) == 2
     for row in data["results"]:
         assert row["strategy"].startswith("ring") and set(row["baselines"]) == {"numpy", "default"}
@@ -196,5 +295,29 @@ def test_a_wrong_default_is_an_error_not_a_baseline(capsys, tmp_path, monkeypatc
         return outs
 
     monkeypatch.setattr(NumpyRunner, "outputs", two_shot_is_broken)
-    code, _, err = purlin(capsys, "bench", "all-reduce", "-b", 64, "-e", 64, "--ranks", 2, "--strategy", "ring", "--baseline", "default", "--backend", "numpy", "-n", 1, "-w", 0, "-G", 1)
-    assert_one_line_error(code, err, "the default configuration two-shot(channels=1, slice_bytes=0) gave 16 wrong elements")
+    code, _, err = purlin(
+        capsys,
+        "bench",
+        "all-reduce",
+        "-b",
+        64,
+        "-e",
+        64,
+        "--ranks",
+        2,
+        "--strategy",
+        "ring",
+        "--baseline",
+        "default",
+        "--backend",
+        "numpy",
+        "-n",
+        1,
+        "-w",
+        0,
+        "-G",
+        1,
+    )
+    assert_one_line_error(
+        code, err, "the default configuration two-shot(channels=1, slice_bytes=0) gave 16 wrong elements"
+    )

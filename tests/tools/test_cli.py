@@ -71,7 +71,10 @@ BAD_INPUTS = [
     (["check", "all", "--dtype", "float8"], "unknown dtype 'float8'"),
     (["show", "all-reduce", "--dtype", "float8"], "unknown dtype 'float8'"),
     (["check", "all", "--backend", "tpu"], "unknown backend 'tpu'"),
-    (["check", "all", "--backend", "numpy", "--kernel", "compiled"], "--kernel is a datapath parameter of cupy, not of backend numpy"),
+    (
+        ["check", "all", "--backend", "numpy", "--kernel", "compiled"],
+        "--kernel is a datapath parameter of cupy, not of backend numpy",
+    ),
     (["check", "all", "--op", "avg"], "unknown op 'avg'"),
     (["check", "all", "--root", "x"], "--root must be whole numbers"),
     (["check", "all", "--inplace=maybe"], "--inplace takes no value or one of both, yes, no"),
@@ -88,7 +91,10 @@ BAD_INPUTS = [
     (["show", "all-reduce", "--slice-bytes", "12Q"], "--slice-bytes: expected a size like"),
     (["show", "all-reduce", "--slice-bytes", "2000000T"], "--slice-bytes: '2000000T' is above the largest size"),
     (["show", "all-reduce", "--channels", "0"], "--channels must be >= 1"),
-    (["check", "reduce", "--ranks", "2", "--root", "5"], "nothing to check: every combination asked for is n/a (root 5 is not a rank of 2)"),
+    (
+        ["check", "reduce", "--ranks", "2", "--root", "5"],
+        "nothing to check: every combination asked for is n/a (root 5 is not a rank of 2)",
+    ),
 ]
 
 
@@ -113,16 +119,25 @@ def test_backend_cupy_without_gpu_is_one_line(capsys, monkeypatch):
     from purlin_bench.backends.cupy import CupyBackend
 
     monkeypatch.setattr(CupyBackend, "available", classmethod(lambda cls: "no CUDA GPU found"))
-    assert_one_line_error(*purlin(capsys, "check", "all-reduce", "--backend", "cupy"), "backend cupy cannot run here: no CUDA GPU found")
+    assert_one_line_error(
+        *purlin(capsys, "check", "all-reduce", "--backend", "cupy"), "backend cupy cannot run here: no CUDA GPU found"
+    )
 
 
 def test_backend_auto_falls_back_to_numpy_with_one_note(capsys, monkeypatch):
     from purlin_bench.backends.cupy import CupyBackend
 
-    monkeypatch.setattr(CupyBackend, "available", classmethod(lambda cls: "CuPy is not installed (pip install 'purlin-bench[cuda13]') and a long reason"))
+    monkeypatch.setattr(
+        CupyBackend,
+        "available",
+        classmethod(lambda cls: "CuPy is not installed (pip install 'purlin-bench[cuda13]') and a long reason"),
+    )
     code, out, err = purlin(capsys, "check", "reduce", "--ranks", "2", "--backend", "auto")
     assert code == 0
-    assert err.splitlines() == ["note: no GPU (CuPy is not installed (pip install 'purlin-bench[cuda13]') and a long reason): using the numpy CPU reference"]
+    assert err.splitlines() == [
+        "note: no GPU (CuPy is not installed (pip install 'purlin-bench[cuda13]')"
+        " and a long reason): using the numpy CPU reference"
+    ]
     assert "on numpy" in out
 
 
@@ -174,18 +189,54 @@ def test_show_is_readable(capsys):
 
 
 def test_show_json_is_the_program(capsys):
-    code, out, _ = purlin(capsys, "show", "reduce", "--ranks", "5", "--strategy", "ring", "--root", "2", "--count", "100", "--slice-bytes", "64", "--channels", "2", "--json")
+    code, out, _ = purlin(
+        capsys,
+        "show",
+        "reduce",
+        "--ranks",
+        "5",
+        "--strategy",
+        "ring",
+        "--root",
+        "2",
+        "--count",
+        "100",
+        "--slice-bytes",
+        "64",
+        "--channels",
+        "2",
+        "--json",
+    )
     assert code == 0
     shown = Program.from_dict(json.loads(out))
     inst = instantiate(load_builtin("reduce"), 5, 100, 4, 2)
     assert shown == derive_program(inst, "ring", "float32", params={"slice_bytes": 64, "channels": 2})
     # the shared size grammar: a unit and a fraction that is whole bytes read the same
-    code, again, _ = purlin(capsys, "show", "reduce", "--ranks", "5", "--strategy", "ring", "--root", "2", "--count", "100", "--slice-bytes", "0.0625KiB", "--channels", "2", "--json")
+    code, again, _ = purlin(
+        capsys,
+        "show",
+        "reduce",
+        "--ranks",
+        "5",
+        "--strategy",
+        "ring",
+        "--root",
+        "2",
+        "--count",
+        "100",
+        "--slice-bytes",
+        "0.0625KiB",
+        "--channels",
+        "2",
+        "--json",
+    )
     assert code == 0 and again == out
 
 
 def test_check_runs_the_matrix_and_reports_na(capsys):
-    code, out, _ = purlin(capsys, "check", "all", "--ranks", "1,3", "--dtype", "float32,bf16", "--count", "1,33", "--json")
+    code, out, _ = purlin(
+        capsys, "check", "all", "--ranks", "1,3", "--dtype", "float32,bf16", "--count", "1,33", "--json"
+    )
     assert code == 0
     data = json.loads(out)
     summary = data["summary"]
@@ -193,8 +244,10 @@ def test_check_runs_the_matrix_and_reports_na(capsys):
     na = [r for r in data["results"] if r["status"] == "n/a"]
     # every strategy applies to every built-in; only in-place all-to-all is n/a, and the
     # in-place form of a collective whose sizes come per call (its input would move with them)
-    assert na and all(r["collective"] in ("all-to-all", "all-gather-v", "reduce-scatter-v", "all-to-all-v")
-                      and r["inplace"] for r in na)
+    assert na and all(
+        r["collective"] in ("all-to-all", "all-gather-v", "reduce-scatter-v", "all-to-all-v") and r["inplace"]
+        for r in na
+    )
     assert any(r["collective"] == "all-to-all" and r["inplace"] and "cannot run in place" in r["note"] for r in na)
     assert {r["dtype"] for r in data["results"] if r["status"] == "pass"} == {"float32", "bfloat16"}
     # every root of a rooted collective
@@ -235,7 +288,9 @@ def test_check_table_and_inplace_modes(capsys):
     assert len(rows) == 2  # two roots, in place only
     assert all("max" in row and "yes" in row and "pass" in row for row in rows)
     assert "all passed: 2 passed" in out
-    code, out, _ = purlin(capsys, "check", "reduce", "--ranks", "2", "--strategy", "ring", "--inplace", "both", "--json")
+    code, out, _ = purlin(
+        capsys, "check", "reduce", "--ranks", "2", "--strategy", "ring", "--inplace", "both", "--json"
+    )
     assert {r["inplace"] for r in json.loads(out)["results"]} == {False, True}
     code, out, _ = purlin(capsys, "check", "reduce", "--ranks", "2", "--strategy", "ring", "--no-inplace", "--json")
     assert {r["inplace"] for r in json.loads(out)["results"]} == {False}
@@ -276,14 +331,20 @@ def test_ring_shift_is_listed_shown_and_checked(capsys):
     code, out, _ = purlin(capsys, "list", "--spec", RING_SHIFT, "--json")
     assert code == 0
     entry = json.loads(out)[-1]
-    assert entry["name"] == "ring-shift" and entry["op"] == "copy" and entry["strategies"] == ["direct", "push", "two-shot", "ring"]
+    assert (
+        entry["name"] == "ring-shift"
+        and entry["op"] == "copy"
+        and entry["strategies"] == ["direct", "push", "two-shot", "ring"]
+    )
 
     code, out, _ = purlin(capsys, "show", RING_SHIFT, "--ranks", "4", "--strategy", "ring", "--count", "8")
     assert code == 0
     assert out.startswith("ring-shift / ring, 4 ranks")
     assert "r1.out[0:8)" in out  # rank 0 pushes its buffer into rank 1's output
 
-    code, out, _ = purlin(capsys, "check", "--spec", RING_SHIFT, "--ranks", "1,2,3,8", "--dtype", "all", "--count", "1,1001", "--json")
+    code, out, _ = purlin(
+        capsys, "check", "--spec", RING_SHIFT, "--ranks", "1,2,3,8", "--dtype", "all", "--count", "1,1001", "--json"
+    )
     assert code == 0
     data = json.loads(out)
     # 7 dtypes (fp8 too); + in place at 1 rank
@@ -295,7 +356,12 @@ def test_ring_shift_is_listed_shown_and_checked(capsys):
 
 
 def test_console_script_check(tmp_path):
-    done = subprocess.run([str(PURLIN), "check", RING_SHIFT, "--ranks", "3", "--strategy", "push"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(PURLIN), "check", RING_SHIFT, "--ranks", "3", "--strategy", "push"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "ring-shift" in done.stdout and "all passed" in done.stdout
 
@@ -307,5 +373,7 @@ def test_console_script_bad_input(tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith("purlin: error: ") and len(done.stderr.splitlines()) == 1
     assert "Traceback" not in done.stderr
-    done = subprocess.run([str(PURLIN), "show", "all-reduce", "--ranks", "0"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(PURLIN), "show", "all-reduce", "--ranks", "0"], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode != 0 and done.stderr.splitlines() == ["purlin: error: --ranks must be >= 1, got 0"]

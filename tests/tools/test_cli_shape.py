@@ -15,7 +15,9 @@ from purlin_bench.cli.main import COMMANDS, load_command, run
 
 
 def test_commands_table_names_every_command_module():
-    modules = {m.name.removeprefix("cmd_") for m in pkgutil.iter_modules(cli_package.__path__) if m.name.startswith("cmd_")}
+    modules = {
+        m.name.removeprefix("cmd_") for m in pkgutil.iter_modules(cli_package.__path__) if m.name.startswith("cmd_")
+    }
     assert set(COMMANDS) == modules
 
 
@@ -45,7 +47,10 @@ def test_a_short_option_means_one_thing_in_every_command():
 
 
 def test_help_starts_without_numpy_or_the_backends():
-    code = "import sys; from purlin_bench.cli.main import run; run(['--help']); print(sorted(m for m in ('numpy', 'ml_dtypes', 'rich', 'purlin_bench.backends') if m in sys.modules))"
+    code = (
+        "import sys; from purlin_bench.cli.main import run; run(['--help']);"
+        " print(sorted(m for m in ('numpy', 'ml_dtypes', 'rich', 'purlin_bench.backends') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "[]"
 

@@ -25,11 +25,59 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs" / "plan.schema
 
 def make_plan(entries=None, collective="all-reduce", backend="numpy") -> PlanArtifact:
     default_entries = (
-        PlanEntry(8, 65535, 16, RunConfig.make("two-shot", {"channels": 1, "slice_bytes": 0}), 10.5, 0.0016, 12.5, None, 5, "s8"),
-        PlanEntry(65536, (1 << 20) - 1, 65536, RunConfig.make("ring", {"channels": 2, "slice_bytes": 262144}, {"datapath": "sm", "blocks": 4, "threads": 512, "unroll": 2}), 20.0, 4.9, 30.0, 40.0, 5, "s64K"),
-        PlanEntry(1 << 20, None, 1 << 20, RunConfig.make("direct", {"channels": 4, "slice_bytes": 0}, {"datapath": "ce"}), 80.0, 19.6, 80.0, None, 5, "s1M"),
+        PlanEntry(
+            8,
+            65535,
+            16,
+            RunConfig.make("two-shot", {"channels": 1, "slice_bytes": 0}),
+            10.5,
+            0.0016,
+            12.5,
+            None,
+            5,
+            "s8",
+        ),
+        PlanEntry(
+            65536,
+            (1 << 20) - 1,
+            65536,
+            RunConfig.make(
+                "ring",
+                {"channels": 2, "slice_bytes": 262144},
+                {"datapath": "sm", "blocks": 4, "threads": 512, "unroll": 2},
+            ),
+            20.0,
+            4.9,
+            30.0,
+            40.0,
+            5,
+            "s64K",
+        ),
+        PlanEntry(
+            1 << 20,
+            None,
+            1 << 20,
+            RunConfig.make("direct", {"channels": 4, "slice_bytes": 0}, {"datapath": "ce"}),
+            80.0,
+            19.6,
+            80.0,
+            None,
+            5,
+            "s1M",
+        ),
     )
-    return PlanArtifact(collective, "float32", 8, backend, detect("numpy", 8), "0.1.0", "2026-12-02T10:00:00+00:00", SweepRef("quick", "0123456789ab", "tpe", 5, 0), entries or default_entries, redop="sum")
+    return PlanArtifact(
+        collective,
+        "float32",
+        8,
+        backend,
+        detect("numpy", 8),
+        "0.1.0",
+        "2026-12-02T10:00:00+00:00",
+        SweepRef("quick", "0123456789ab", "tpe", 5, 0),
+        entries or default_entries,
+        redop="sum",
+    )
 
 
 def published_schema_errors(data: Any) -> list[str]:
@@ -86,7 +134,10 @@ def test_csv_has_one_row_per_bucket():
     assert rows[1]["slice_bytes"] == "262144" and rows[1]["blocks"] == "4" and rows[1]["datapath"] == "sm"
     assert rows[0]["blocks"] == "" and rows[0]["timing"] == "cpu-reference"
     assert rows[1]["speedup_vs_default"] == "1.5" and rows[1]["speedup_vs_baseline"] == "2"
-    odd = replace(make_plan(), entries=(replace(make_plan().entries[0], config=RunConfig.make("push", {"channels": 1}, {"prefetch": 2})),))
+    odd = replace(
+        make_plan(),
+        entries=(replace(make_plan().entries[0], config=RunConfig.make("push", {"channels": 1}, {"prefetch": 2})),),
+    )
     assert list(csv.DictReader(io.StringIO(render(odd, "csv", "p.json"))))[0]["other_params"] == "prefetch=2"
 
 
@@ -103,10 +154,18 @@ def test_header_compiles_in_c_and_cpp(tmp_path):
     other = tmp_path / "other.h"  # two plans in one translation unit share the entry type
     other.write_text(render(make_plan(collective="all-gather"), "header", "x.json"))
     source = tmp_path / "use.c"
-    source.write_text('#include "plan.h"\n#include "other.h"\nint main(void) { return purlin_plan_all_reduce_8vr_float32_lookup(100)->channels == 1 ? 0 : 1; }\n')
+    source.write_text(
+        '#include "plan.h"\n#include "other.h"\n'
+        'int main(void) { return purlin_plan_all_reduce_8vr_float32_lookup(100)->channels == 1 ? 0 : 1; }\n'
+    )
     for compiler, lang in _compilers():
         flags = ["-std=c99"] if lang == "c" else ["-std=c++11"]
-        result = subprocess.run([compiler, "-x", lang, *flags, "-Wall", "-Wextra", "-Werror", "-fsyntax-only", str(source)], capture_output=True, text=True, cwd=tmp_path)
+        result = subprocess.run(
+            [compiler, "-x", lang, *flags, "-Wall", "-Wextra", "-Werror", "-fsyntax-only", str(source)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr
 
 
@@ -117,8 +176,16 @@ def test_header_lookup_agrees_with_the_plan(tmp_path):
     plan = make_plan()
     (tmp_path / "plan.h").write_text(render(plan, "header", "p.json"))
     sizes = [0, 8, 65535, 65536, 1 << 20, 1 << 40]
-    body = "".join(f'  e = purlin_plan_all_reduce_8vr_float32_lookup({n}ull); printf("%llu %s %d %lld %d %s\\n", (unsigned long long)e->min_bytes, e->strategy, e->channels, (long long)e->slice_bytes, e->blocks, e->datapath ? e->datapath : "-");\n' for n in sizes)
-    (tmp_path / "main.c").write_text(f'#include <stdio.h>\n#include "plan.h"\nint main(void) {{\n  const purlin_plan_entry *e;\n{body}  return purlin_plan_all_reduce_8vr_float32[2].max_bytes == UINT64_MAX ? 0 : 1;\n}}\n')
+    body = "".join(
+        f'  e = purlin_plan_all_reduce_8vr_float32_lookup({n}ull);'
+        f' printf("%llu %s %d %lld %d %s\\n", (unsigned long long)e->min_bytes, e->strategy, e->channels,'
+        f' (long long)e->slice_bytes, e->blocks, e->datapath ? e->datapath : "-");\n'
+        for n in sizes
+    )
+    (tmp_path / "main.c").write_text(
+        f'#include <stdio.h>\n#include "plan.h"\nint main(void) {{\n  const purlin_plan_entry *e;\n'
+        f'{body}  return purlin_plan_all_reduce_8vr_float32[2].max_bytes == UINT64_MAX ? 0 : 1;\n}}\n'
+    )
     subprocess.run([compilers[0], "-std=c99", "-o", "lookup", "main.c"], cwd=tmp_path, check=True)
     lines = subprocess.run([str(tmp_path / "lookup")], capture_output=True, text=True, check=True).stdout.splitlines()
     assert lines == [
@@ -133,6 +200,21 @@ def test_header_lookup_agrees_with_the_plan(tmp_path):
 
 def test_header_escapes_strings():
     # a string parameter is the one free text a valid plan carries into the table
-    odd = make_plan((PlanEntry(8, None, 8, RunConfig.make("ring", {"channels": 1}, {"datapath": 'we"ird\\'}), 1.0, 1.0, None, None, 1, "s"),))
+    odd = make_plan(
+        (
+            PlanEntry(
+                8,
+                None,
+                8,
+                RunConfig.make("ring", {"channels": 1}, {"datapath": 'we"ird\\'}),
+                1.0,
+                1.0,
+                None,
+                None,
+                1,
+                "s",
+            ),
+        )
+    )
     text = render(odd, "header", "p.json")
     assert '"we\\042ird\\134"' in text

@@ -52,7 +52,9 @@ def test_candidates_side_by_side_share_a_drift_that_one_after_the_other_would_no
     inst = instantiate(load_builtin("all-reduce"), 4, 4096, 4)
     config = RunConfig.make("two-shot")
     policy = TimingPolicy(iters=1, warmup=0, reps=9)
-    together = s.compare(inst, {"a": config, "b": RunConfig.make("two-shot", {"channels": 1})}, "float32", policy=policy)
+    together = s.compare(
+        inst, {"a": config, "b": RunConfig.make("two-shot", {"channels": 1})}, "float32", policy=policy
+    )
     assert together.us("a") == pytest.approx(together.us("b"), rel=0.015)
     first = s.compare(inst, {"a": config}, "float32", policy=policy).us("a")
     second = s.compare(inst, {"a": config}, "float32", policy=policy).us("a")
@@ -63,7 +65,9 @@ def test_a_tune_trial_times_a_configuration_as_a_bench_row_does():
     s = service()
     spec = load_builtin("all-gather")
     trial = ServiceBench(s, spec, "float32")
-    bench = Measurer(s, BenchOptions(TimingPolicy(iters=2, warmup=1, reps=3), inplace=False, baselines=("plain", "default")), None)
+    bench = Measurer(
+        s, BenchOptions(TimingPolicy(iters=2, warmup=1, reps=3), inplace=False, baselines=("plain", "default")), None
+    )
     for size in (64, 4096):
         inst = trial.instance(Bucket(size, size))
         for config in (s.default_config(inst), RunConfig.make("direct", {"channels": 2}, {"blocks": 8})):
@@ -85,7 +89,12 @@ def test_a_prepared_configuration_is_checked_on_the_buffers_it_is_timed_on():
 def planted(monkeypatch):
     """push is ten times faster than anything and wrong; ring is refused;
     direct with 2 channels fails when timed."""
-    device = FakeDevice(fast_when={"strategy": "push"}, wrong_when={"strategy": "push"}, refuse_when={"strategy": "ring"}, fail_timing_when={"strategy": "direct", "channels": 2})
+    device = FakeDevice(
+        fast_when={"strategy": "push"},
+        wrong_when={"strategy": "push"},
+        refuse_when={"strategy": "ring"},
+        fail_timing_when={"strategy": "direct", "channels": 2},
+    )
     monkeypatch.setattr(FakeBackend, "default_device", device)
     return device
 
@@ -94,7 +103,9 @@ def test_a_tune_never_keeps_a_wrong_refused_or_failing_configuration(capsys, tmp
     sweep = tmp_path / "fake.yaml"
     sweep.write_text(SWEEP)
     out = tmp_path / "results"
-    code, stdout, err = purlin(capsys, "tune", "all-reduce", "--sweep", sweep, "--backend", "fake", "--sampler", "bruteforce", "--out", out)
+    code, stdout, err = purlin(
+        capsys, "tune", "all-reduce", "--sweep", sweep, "--backend", "fake", "--sampler", "bruteforce", "--out", out
+    )
     assert code == 0, err
     plan = load_plan_file(out / "fake" / "all-reduce-4vr-float32.json")
     assert plan.backend == "fake" and plan.timing == "fake" and len(plan.entries) == 2
@@ -115,10 +126,47 @@ def test_plan_against_the_default_side_by_side(capsys, tmp_path):
     sweep = tmp_path / "fake.yaml"
     sweep.write_text(SWEEP)
     out = tmp_path / "results"
-    assert purlin(capsys, "tune", "all-reduce", "--sweep", sweep, "--backend", "fake", "--trials", "8", "--seed", "1", "--out", out)[0] == 0
+    assert (
+        purlin(
+            capsys,
+            "tune",
+            "all-reduce",
+            "--sweep",
+            sweep,
+            "--backend",
+            "fake",
+            "--trials",
+            "8",
+            "--seed",
+            "1",
+            "--out",
+            out,
+        )[0]
+        == 0
+    )
     rows = tmp_path / "cmp.json"
     plan = out / "fake" / "all-reduce-4vr-float32.json"
-    code, stdout, err = purlin(capsys, "bench", "all-reduce", "--backend", "fake", "--ranks", "4", "-b", "8", "-e", "32K", "-f", "8", "--plan", plan, "--baseline", "auto,default", "--json", rows)
+    code, stdout, err = purlin(
+        capsys,
+        "bench",
+        "all-reduce",
+        "--backend",
+        "fake",
+        "--ranks",
+        "4",
+        "-b",
+        "8",
+        "-e",
+        "32K",
+        "-f",
+        "8",
+        "--plan",
+        plan,
+        "--baseline",
+        "auto,default",
+        "--json",
+        rows,
+    )
     assert code == 0, err
     results = json.loads(rows.read_text())["results"]
     assert len(results) == 5 and all(set(r["baselines"]) == {"plain", "default"} for r in results)
@@ -145,6 +193,11 @@ def test_a_comparison_of_big_configurations_keeps_every_one_it_times():
     small = instantiate(load_builtin("all-reduce"), 4, 1024, 4)
     big = instantiate(load_builtin("all-reduce"), 4, 1 << 20, 4)  # 32 MiB a buffer set, 8 sets
     s.prepare(small, RunConfig.make("direct"), "float32")
-    compared = s.compare(big, {"a": RunConfig.make("ring"), "b": RunConfig.make("two-shot"), "c": RunConfig.make("direct")}, "float32", policy=TimingPolicy(1, 0, 1))
+    compared = s.compare(
+        big,
+        {"a": RunConfig.make("ring"), "b": RunConfig.make("two-shot"), "c": RunConfig.make("direct")},
+        "float32",
+        policy=TimingPolicy(1, 0, 1),
+    )
     assert set(compared.times) == {"a", "b", "c"} and all(t.median_us > 0 for t in compared.times.values())
     assert all(p.inst == big for p in s._prepared.values())

@@ -25,8 +25,20 @@ from purlin_bench.cli.main import run
 
 PURLIN = [sys.executable, "-c", "from purlin_bench.cli.main import run; run()"]
 BENCH = ("bench", "all-reduce", "--backend", "numpy")
-TUNE = ("tune", "all-reduce", "--backend", "numpy", "--trials", "1", "--confirm", "0", "--dtype", "float32",
-        "--ranks", "2")
+TUNE = (
+    "tune",
+    "all-reduce",
+    "--backend",
+    "numpy",
+    "--trials",
+    "1",
+    "--confirm",
+    "0",
+    "--dtype",
+    "float32",
+    "--ranks",
+    "2",
+)
 
 
 def purlin(capsys, *args) -> tuple[int, str, str]:
@@ -59,16 +71,23 @@ def in_a_terminal(args: list[str], columns: int = 80) -> str:
 # -- class 10: interrupts say so ----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("sig", "code", "line"), [(signal.SIGINT, 130, "interrupted"),
-                                                   (signal.SIGTERM, 143, "terminated (SIGTERM)")])
-@pytest.mark.parametrize("command", [(*BENCH, "-b", "1M", "-e", "64M"), ("check", "all", "--backend", "numpy",
-                                                                         "--count", "1000000,4000000")])
+@pytest.mark.parametrize(
+    ("sig", "code", "line"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")]
+)
+@pytest.mark.parametrize(
+    "command", [(*BENCH, "-b", "1M", "-e", "64M"), ("check", "all", "--backend", "numpy", "--count", "1000000,4000000")]
+)
 def test_an_interrupt_is_one_line(tmp_path, sig, code, line, command):
     with open(tmp_path / "out", "w") as out:
         # SIGINT as a terminal sends it: a test run started in the background
         # (a shell's `&`) passes SIGINT on ignored, and Python keeps it so.
-        proc = subprocess.Popen([*PURLIN, *command], stdout=out, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        proc = subprocess.Popen(
+            [*PURLIN, *command],
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         time.sleep(8)  # past the imports on a loaded machine: both commands run for minutes
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
@@ -78,8 +97,9 @@ def test_an_interrupt_is_one_line(tmp_path, sig, code, line, command):
 
 def test_a_description_with_terminal_escapes_is_refused(capsys, tmp_path):
     path = tmp_path / "e.yaml"
-    path.write_text('name: x\ndescription: "hi \\e[2J there"\nop: copy\ncount: buffer\n'
-                    "input:\n - chunk: c\noutput:\n - chunk: c\n")
+    path.write_text(
+        'name: x\ndescription: "hi \\e[2J there"\nop: copy\ncount: buffer\ninput:\n - chunk: c\noutput:\n - chunk: c\n'
+    )
     code, out, err = purlin(capsys, "list", "--spec", path)
     assert code == 2 and out == "" and "\x1b" not in err
     assert "unprintable character '\\x1b'" in err
@@ -96,19 +116,23 @@ def test_the_quickstart_bench_in_a_terminal_prints_rows_above_a_transient_bar():
     ends = list(_BAR_END.finditer(screen))
     assert ends, screen[:2000]  # the bar was drawn
     for end in ends:
-        after = screen[end.end():end.end() + 40]
+        after = screen[end.end() : end.end() + 40]
         # Each drawing of the bar is cleared before anything else is written:
         # a row on the bar's line, or a stale bar above the header, fails this.
         assert after.startswith("\r\x1b[2K") or after.startswith("\r\n\x1b[?25h\r\x1b[1A\x1b[2K"), repr(
-            screen[end.start() - 200:end.end() + 80])
+            screen[end.start() - 200 : end.end() + 80]
+        )
     assert "# Out of bounds values : 0 OK" in screen
 
 
 # -- class 13: everything checked before the first byte ------------------------------------
 
 
-@pytest.mark.parametrize(("args", "fragment"), [(("--plan", "auto"), "no tuned plan"),
-                                                (("--root", "9"), "out of range")], ids=["plan-auto", "root"])
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [(("--plan", "auto"), "no tuned plan"), (("--root", "9"), "out of range")],
+    ids=["plan-auto", "root"],
+)
 def test_bench_refuses_before_any_header(capsys, tmp_path, monkeypatch, args, fragment):
     monkeypatch.chdir(tmp_path)  # no results-cpu/ here
     command = ("bench", "gather", "--backend", "numpy", "--ranks", "3", "-e", "64", *args)
@@ -123,8 +147,22 @@ def test_bench_refuses_before_any_header(capsys, tmp_path, monkeypatch, args, fr
 def test_rows_carry_ranks_layout_root_and_the_plan_file(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert purlin(capsys, *TUNE, "--max-bytes", "1K")[0] == 0
-    code, out, err = purlin(capsys, *BENCH, "--plan", "auto", "--ranks", "2", "-e", "64", "--json", "r.json",
-                            "--csv", "r.csv", "--format", "nccl-tests")
+    code, out, err = purlin(
+        capsys,
+        *BENCH,
+        "--plan",
+        "auto",
+        "--ranks",
+        "2",
+        "-e",
+        "64",
+        "--json",
+        "r.json",
+        "--csv",
+        "r.csv",
+        "--format",
+        "nccl-tests",
+    )
     assert code == 0, err
     plan = "results-cpu/cpu/all-reduce-2vr-float32.json"
     assert f"# plan: all-reduce from {plan}" in out
@@ -182,8 +220,9 @@ def test_the_tune_summary_never_cuts_the_winner_and_prints_busbw_fixed(tmp_path)
 
 def test_every_command_that_takes_a_collective_takes_spec_and_d(capsys, tmp_path):
     spec = Path(__file__).resolve().parents[2] / "examples" / "ring-shift.yaml"
-    code, out, err = purlin(capsys, *BENCH[:1], "--spec", spec, "--backend", "numpy", "--ranks", "2", "-e", "64",
-                            "-d", "float32")
+    code, out, err = purlin(
+        capsys, *BENCH[:1], "--spec", spec, "--backend", "numpy", "--ranks", "2", "-e", "64", "-d", "float32"
+    )
     assert code == 0 and "ring-shift" in out, err
     code, out, err = purlin(capsys, *TUNE[:1], "--spec", spec, *TUNE[2:], "--max-bytes", "1K", "--out", tmp_path)
     assert code == 0, err
@@ -216,8 +255,12 @@ _FOREIGN_OWNERS = {"backends/cupy/runtime/device.py", "torch/__init__.py"}  # no
 
 
 def _hints(paths) -> list[str]:
-    return [f"{p}:{n}" for p in paths for n, line in enumerate(p.read_text().splitlines(), 1)
-            if "install 'purlin-bench[" in line or 'install "purlin-bench[' in line]
+    return [
+        f"{p}:{n}"
+        for p in paths
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "install 'purlin-bench[" in line or 'install "purlin-bench[' in line
+    ]
 
 
 def test_install_hints_name_the_checkout_not_a_package_index_name():

@@ -27,7 +27,9 @@ SHOW = ("all-reduce", "--ranks", "4", "--count", "64")
 
 def purlin(*args: str) -> str:
     env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1", "TERM": "dumb"}
-    done = subprocess.run([sys.executable, "-m", "purlin_bench", *args], capture_output=True, text=True, timeout=60, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "purlin_bench", *args], capture_output=True, text=True, timeout=60, env=env
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 
@@ -41,7 +43,9 @@ def compare(name: str, text: str) -> None:
             pytest.fail(f"{path} was missing and is now written: review and commit it")
         return
     want = path.read_text()
-    assert text == want, f"{name} differs from tests/tools/golden/{name} (PURLIN_UPDATE_GOLDEN=1 rewrites it if the change is meant)"
+    assert text == want, (
+        f"{name} differs from tests/tools/golden/{name} (PURLIN_UPDATE_GOLDEN=1 rewrites it if the change is meant)"
+    )
 
 
 def generated_part(source: str) -> str:
@@ -62,14 +66,32 @@ def test_show_prints_the_same_program(strategy):
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_show_source_generates_the_same_kernel(strategy):
-    compare(f"show-source-all-reduce-{strategy}.txt", generated_part(purlin("show", *SHOW, "--strategy", strategy, "--source")))
+    compare(
+        f"show-source-all-reduce-{strategy}.txt",
+        generated_part(purlin("show", *SHOW, "--strategy", strategy, "--source")),
+    )
 
 
 def test_check_all_on_numpy_finds_the_same():
     """Every row's identity, status, steps and #wrong, and the summary's
     counts (times left out: they are the machine's)."""
     data = json.loads(purlin("check", "all", "--backend", "numpy", "--json"))
-    fields = ("collective", "ranks", "root", "count", "dtype", "redop", "strategy", "inplace", "status", "steps", "wrong")
+    fields = (
+        "collective",
+        "ranks",
+        "root",
+        "count",
+        "dtype",
+        "redop",
+        "strategy",
+        "inplace",
+        "status",
+        "steps",
+        "wrong",
+    )
     rows = [" ".join(str(r[f]) for f in fields) for r in data["results"]]
     summary = {k: v for k, v in data["summary"].items() if k != "seconds"}
-    compare("check-all-numpy.txt", " ".join(fields) + "\n" + "\n".join(rows) + "\n" + json.dumps(summary, sort_keys=True) + "\n")
+    compare(
+        "check-all-numpy.txt",
+        " ".join(fields) + "\n" + "\n".join(rows) + "\n" + json.dumps(summary, sort_keys=True) + "\n",
+    )

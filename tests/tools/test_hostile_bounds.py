@@ -17,17 +17,31 @@ from purlin_bench.base.errors import PurlinError
 from tests.cli_refusal import purlin, refused
 
 ROOT = Path(__file__).resolve().parents[2]
-TUNE = ("tune", "all-reduce", "--backend", "numpy", "--trials", "1", "--confirm", "0", "--dtype", "float32",
-        "--ranks", "2", "--max-bytes", "1K")
-
-
+TUNE = (
+    "tune",
+    "all-reduce",
+    "--backend",
+    "numpy",
+    "--trials",
+    "1",
+    "--confirm",
+    "0",
+    "--dtype",
+    "float32",
+    "--ranks",
+    "2",
+    "--max-bytes",
+    "1K",
+)
 
 
 def spec_file(tmp_path: Path, when: str = "", loop: int = 4, chunk: str = "c(i)") -> Path:
     path = tmp_path / "s.yaml"
     condition = f"\n    when: {when}" if when else ""
-    path.write_text(f"name: s\ndescription: x\nop: copy\ncount: buffer\ninput:\n  - chunk: {chunk}\n"
-                    f"    for: i in range({loop}){condition}\noutput:\n  - chunk: c(i)\n    for: i in range({loop})\n")
+    path.write_text(
+        f"name: s\ndescription: x\nop: copy\ncount: buffer\ninput:\n  - chunk: {chunk}\n"
+        f"    for: i in range({loop}){condition}\noutput:\n  - chunk: c(i)\n    for: i in range({loop})\n"
+    )
     return path
 
 
@@ -40,9 +54,11 @@ def test_a_program_past_the_step_limit_is_refused_before_it_is_built(capsys):
 
 @pytest.mark.parametrize(
     ("when", "loop", "fragment"),
-    [(" and ".join(["i >= 0"] * 20_000), 16_000, "characters (at most 1024)"),
-     (" and ".join(["i >= 0"] * 60), 16_000, "of 23x the work"),
-     (None, 4, "characters (at most 1024)")],
+    [
+        (" and ".join(["i >= 0"] * 20_000), 16_000, "characters (at most 1024)"),
+        (" and ".join(["i >= 0"] * 60), 16_000, "of 23x the work"),
+        (None, 4, "characters (at most 1024)"),
+    ],
     ids=["20000-clauses", "costly-condition-in-a-long-loop", "3000-terms"],
 )
 def test_an_expression_is_bounded_by_its_cost_over_its_loop(capsys, tmp_path, when, loop, fragment):
@@ -52,11 +68,13 @@ def test_an_expression_is_bounded_by_its_cost_over_its_loop(capsys, tmp_path, wh
 
 @pytest.mark.parametrize(
     ("args", "fragment"),
-    [(("--confirm", "1000000000"), "--confirm must be at most 100"),
-     (("--timeout", "nan"), "--timeout must be a finite number"),
-     (("--timeout", "inf"), "--timeout must be a finite number"),
-     (("--seed", "-1"), "--seed"),
-     (("--sizes", "1T"), "of memory on the numpy backend")],
+    [
+        (("--confirm", "1000000000"), "--confirm must be at most 100"),
+        (("--timeout", "nan"), "--timeout must be a finite number"),
+        (("--timeout", "inf"), "--timeout must be a finite number"),
+        (("--seed", "-1"), "--seed"),
+        (("--sizes", "1T"), "of memory on the numpy backend"),
+    ],
     ids=["confirm", "timeout-nan", "timeout-inf", "seed", "sizes-1T"],
 )
 def test_tune_bounds_before_any_study(capsys, tmp_path, args, fragment):
@@ -77,18 +95,25 @@ def test_unknown_keys_of_mixed_types_are_one_line(capsys, tmp_path, where):
     if where == "top":
         path.write_text("name: x\n1: a\nb: c\n")
     else:
-        path.write_text("name: x\nop: copy\ncount: buffer\ninput:\n - chunk: c\n   1: 2\n   b: 3\noutput:\n - chunk: "
-                        "c\n")
+        path.write_text(
+            "name: x\nop: copy\ncount: buffer\ninput:\n - chunk: c\n   1: 2\n   b: 3\noutput:\n - chunk: c\n"
+        )
     refused(capsys, "unknown key(s) ['b', 1]", "list", "--spec", path)
 
 
 def test_stdout_closed_is_one_line():
-    proc = subprocess.run([sys.executable, "-c", "from purlin_bench.cli.main import run; run()", "list"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=60,
-                          preexec_fn=lambda: __import__("os").close(1))
+    proc = subprocess.run(
+        [sys.executable, "-c", "from purlin_bench.cli.main import run; run()", "list"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: __import__("os").close(1),
+    )
     assert proc.returncode == 1
-    assert proc.stderr.splitlines() == ["purlin: error: cannot write to stdout: it is closed "
-                                        "(redirect it to a file or /dev/null)"], proc.stderr
+    assert proc.stderr.splitlines() == [
+        "purlin: error: cannot write to stdout: it is closed (redirect it to a file or /dev/null)"
+    ], proc.stderr
 
 
 def test_a_lone_surrogate_in_a_plan_is_one_line(capsys, tmp_path):
@@ -101,8 +126,12 @@ def test_a_lone_surrogate_in_a_plan_is_one_line(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
-    [({"ranks": "8"}, "ranks must be a whole number"), ({"ranks": 0}, "ranks must be a whole number"),
-     ({"spec": "all-reduce"}, "spec must be a CollectiveSpec"), ({"gpus": "0"}, "gpus must be a list")],
+    [
+        ({"ranks": "8"}, "ranks must be a whole number"),
+        ({"ranks": 0}, "ranks must be a whole number"),
+        ({"spec": "all-reduce"}, "spec must be a CollectiveSpec"),
+        ({"gpus": "0"}, "gpus must be a list"),
+    ],
     ids=["string-ranks", "zero-ranks", "name-as-spec", "string-gpus"],
 )
 def test_load_plan_arguments_are_checked(kwargs, fragment):
@@ -115,8 +144,9 @@ def test_load_plan_arguments_are_checked(kwargs, fragment):
 def test_a_tuned_collective_refuses_lists_as_inputs():
     import purlin_bench
 
-    plan = purlin_bench.load_plan(ROOT / "results" / "h200" / "all-gather-8vr-float32.json", backend="numpy",
-                                  override=True)
+    plan = purlin_bench.load_plan(
+        ROOT / "results" / "h200" / "all-gather-8vr-float32.json", backend="numpy", override=True
+    )
     with pytest.raises(PurlinError, match="must be a 1-D array of float32, got list"):
         plan([[1.0] * 8] * 8)
     with pytest.raises(PurlinError, match="must be a list of per-rank arrays"):

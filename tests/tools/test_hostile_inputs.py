@@ -25,8 +25,6 @@ BENCH = ("bench", "all-reduce", "--backend", "numpy", "-e", "64", "-f", "8")
 PLAN = ROOT / "results" / "h200" / "all-gather-8vr-float32.json"
 
 
-
-
 @pytest.fixture
 def plan_data() -> dict:
     if not PLAN.exists():
@@ -124,8 +122,13 @@ def test_a_long_output_name_does_not_fail_after_the_first_row(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     "args",
-    [("list", "--spec", "{f}"), ("check", "--spec", "{f}"), ("export", "{f}", "--format", "json"),
-     ("plot", "{f}", "--output", "{tmp}/x.png"), ("tune", "all-reduce", "--sweep", "{f}", "--backend", "numpy")],
+    [
+        ("list", "--spec", "{f}"),
+        ("check", "--spec", "{f}"),
+        ("export", "{f}", "--format", "json"),
+        ("plot", "{f}", "--output", "{tmp}/x.png"),
+        ("tune", "all-reduce", "--sweep", "{f}", "--backend", "numpy"),
+    ],
     ids=["list-spec", "check-spec", "export-plan", "plot-input", "tune-sweep"],
 )
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "folder"])
@@ -153,11 +156,17 @@ def test_an_input_over_the_size_cap_is_refused_before_it_is_read(capsys, tmp_pat
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
-    [("name: x\ndescription: " + "9" * 5000 + "\n", "a number of 5000 digits"),
-     ("name: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 64 levels"),
-     ("name: x\ndescription: &a [" + ",".join(["x"] * 9) + "]\n"
-      + "".join(f"k{i}: &b{i} [{','.join(['*a' if i == 0 else f'*b{i - 1}'] * 9)}]\n" for i in range(9)),
-      "once its aliases are expanded")],
+    [
+        ("name: x\ndescription: " + "9" * 5000 + "\n", "a number of 5000 digits"),
+        ("name: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than 64 levels"),
+        (
+            "name: x\ndescription: &a ["
+            + ",".join(["x"] * 9)
+            + "]\n"
+            + "".join(f"k{i}: &b{i} [{','.join(['*a' if i == 0 else f'*b{i - 1}'] * 9)}]\n" for i in range(9)),
+            "once its aliases are expanded",
+        ),
+    ],
     ids=["long-int", "deep", "alias-bomb"],
 )
 def test_a_hostile_yaml_is_one_line(capsys, tmp_path, text, fragment):
@@ -175,18 +184,21 @@ def test_a_hostile_yaml_is_one_line(capsys, tmp_path, text, fragment):
 def test_a_hostile_json_is_one_line(capsys, tmp_path, text, fragment, command):
     path = tmp_path / "p.json"
     path.write_text(text)
-    args = (("export", path, "--format", "json") if command == "export"
-            else ("plot", path, "--output", tmp_path / "x.png"))
+    args = (
+        ("export", path, "--format", "json") if command == "export" else ("plot", path, "--output", tmp_path / "x.png")
+    )
     refused(capsys, fragment, *args)
 
 
 def test_plot_of_rows_of_the_wrong_shape_or_sign_is_one_line(capsys, tmp_path):
     assert purlin(capsys, *BENCH, "--json", tmp_path / "r.json")[0] == 0
     data = json.loads((tmp_path / "r.json").read_text())
-    for change, fragment in ((lambda r: r.update(size=-8), "size"),
-                             (lambda r: r["out_of_place"].update(time=-1.0), "time"),
-                             (lambda r: r.update(out_of_place=[1, 2]), "out_of_place"),
-                             (lambda r: r.pop("strategy"), "strategy")):
+    for change, fragment in (
+        (lambda r: r.update(size=-8), "size"),
+        (lambda r: r["out_of_place"].update(time=-1.0), "time"),
+        (lambda r: r.update(out_of_place=[1, 2]), "out_of_place"),
+        (lambda r: r.pop("strategy"), "strategy"),
+    ):
         bad = json.loads(json.dumps(data))
         change(bad["results"][0])
         path = tmp_path / "bad.json"
@@ -201,22 +213,36 @@ def test_plot_of_rows_of_the_wrong_shape_or_sign_is_one_line(capsys, tmp_path):
 
 @pytest.mark.parametrize(
     ("change", "fragment"),
-    [(lambda d: d.update(created="2026-01-01 */\n#include </etc/passwd>\n/*"), "created"),
-     (lambda d: d.update(package_version="0.1 */ int x; /*"), "package_version"),
-     (lambda d: d["entries"][0]["config"]["plan_params"].update(channels=-5), "channels"),
-     (lambda d: d["entries"][0]["config"]["plan_params"].update(channels=10**15), "channels"),
-     (lambda d: d["entries"][0]["config"]["plan_params"].update(bogus=1), "bogus"),
-     (lambda d: d["entries"][0]["config"]["exec_params"].update(bogus=1), "bogus"),
-     (lambda d: d["entries"][0]["config"]["exec_params"].update(threads=7), "threads"),
-     (lambda d: d.update(ranks=1_000_000), "at most 64 ranks"),
-     (lambda d: d.update(ranks=4), "contradicts"),
-     (lambda d: (d.update(ranks=4), d["fingerprint"].update(ranks=4)), "not a layout of 4 ranks"),
-     (lambda d: d["fingerprint"].update(device_name="GPU\x1b[2J"), "device_name")],
-    ids=["created", "version", "negative-channels", "huge-channels", "unknown-plan-param", "unknown-exec-param",
-         "bad-threads", "million-ranks", "ranks-vs-fingerprint", "ranks-vs-layout", "escape-in-name"],
+    [
+        (lambda d: d.update(created="2026-01-01 */\n#include </etc/passwd>\n/*"), "created"),
+        (lambda d: d.update(package_version="0.1 */ int x; /*"), "package_version"),
+        (lambda d: d["entries"][0]["config"]["plan_params"].update(channels=-5), "channels"),
+        (lambda d: d["entries"][0]["config"]["plan_params"].update(channels=10**15), "channels"),
+        (lambda d: d["entries"][0]["config"]["plan_params"].update(bogus=1), "bogus"),
+        (lambda d: d["entries"][0]["config"]["exec_params"].update(bogus=1), "bogus"),
+        (lambda d: d["entries"][0]["config"]["exec_params"].update(threads=7), "threads"),
+        (lambda d: d.update(ranks=1_000_000), "at most 64 ranks"),
+        (lambda d: d.update(ranks=4), "contradicts"),
+        (lambda d: (d.update(ranks=4), d["fingerprint"].update(ranks=4)), "not a layout of 4 ranks"),
+        (lambda d: d["fingerprint"].update(device_name="GPU\x1b[2J"), "device_name"),
+    ],
+    ids=[
+        "created",
+        "version",
+        "negative-channels",
+        "huge-channels",
+        "unknown-plan-param",
+        "unknown-exec-param",
+        "bad-threads",
+        "million-ranks",
+        "ranks-vs-fingerprint",
+        "ranks-vs-layout",
+        "escape-in-name",
+    ],
 )
-def test_a_plan_purlin_would_not_write_is_refused_by_export_and_load_plan(capsys, tmp_path, plan_data,
-                                                                          change, fragment):
+def test_a_plan_purlin_would_not_write_is_refused_by_export_and_load_plan(
+    capsys, tmp_path, plan_data, change, fragment
+):
     change(plan_data)
     path = write_plan(tmp_path, plan_data)
     line = refused(capsys, fragment, "export", path, "--format", "header")
@@ -245,11 +271,24 @@ def test_json_to_dev_stdout_redirected_to_a_file_appends_once(tmp_path):
 
     out = tmp_path / "out.txt"
     with open(out, "w") as handle:
-        proc = subprocess.run([sys.executable, "-c", "from purlin_bench.cli.main import run; run()", *BENCH,
-                               "--format", "nccl-tests", "--json", "/dev/stdout"], stdout=handle,
-                              stderr=subprocess.PIPE, text=True, timeout=120)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from purlin_bench.cli.main import run; run()",
+                *BENCH,
+                "--format",
+                "nccl-tests",
+                "--json",
+                "/dev/stdout",
+            ],
+            stdout=handle,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert text.startswith("# purlin bench") and text.count('"schema"') == 1
-    assert json.loads(text[text.index("{"):])["complete"] is True
+    assert json.loads(text[text.index("{") :])["complete"] is True
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]

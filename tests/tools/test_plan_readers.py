@@ -22,10 +22,34 @@ RANKS = 4
 
 def good_plan() -> PlanArtifact:
     entries = (
-        PlanEntry(8, 65535, 8, RunConfig.make("two-shot", {"channels": 1, "slice_bytes": 0}), 10.0, 0.5, 12.0, None, 3, "s8"),
-        PlanEntry(65536, None, 65536, RunConfig.make("ring", {"channels": 2, "slice_bytes": 0}), 20.0, 4.9, 30.0, None, 3, "s64K"),
+        PlanEntry(
+            8, 65535, 8, RunConfig.make("two-shot", {"channels": 1, "slice_bytes": 0}), 10.0, 0.5, 12.0, None, 3, "s8"
+        ),
+        PlanEntry(
+            65536,
+            None,
+            65536,
+            RunConfig.make("ring", {"channels": 2, "slice_bytes": 0}),
+            20.0,
+            4.9,
+            30.0,
+            None,
+            3,
+            "s64K",
+        ),
     )
-    return PlanArtifact("all-reduce", "float32", RANKS, "numpy", detect("numpy", RANKS), "0.1.0", "2026-12-02T10:00:00+00:00", SweepRef("t", "abc", "tpe", 3, 0), entries, redop="sum")
+    return PlanArtifact(
+        "all-reduce",
+        "float32",
+        RANKS,
+        "numpy",
+        detect("numpy", RANKS),
+        "0.1.0",
+        "2026-12-02T10:00:00+00:00",
+        SweepRef("t", "abc", "tpe", 3, 0),
+        entries,
+        redop="sum",
+    )
 
 
 def good_data() -> dict[str, Any]:
@@ -47,14 +71,39 @@ def entry(i: int, **values: Any) -> Callable[[dict[str, Any]], None]:
 BAD: list[tuple[str, bytes, str]] = [
     ("nan-time", mutated(entry(1, time_us=float("nan"))), "entries[1].time_us: nan is not a finite positive number"),
     ("inf-time", mutated(entry(0, time_us=float("inf"))), "entries[0].time_us: inf is not a finite positive number"),
-    ("unknown-strategy", mutated(lambda d: d["entries"][0]["config"].update(strategy="nccl")), "entries[0].config.strategy: expected one of direct, push, two-shot, ring, got 'nccl'"),
-    ("unknown-collective", mutated(lambda d: d.update(collective="teleport")), "collective: unknown collective 'teleport'"),
+    (
+        "unknown-strategy",
+        mutated(lambda d: d["entries"][0]["config"].update(strategy="nccl")),
+        "entries[0].config.strategy: expected one of direct, push, two-shot, ring, got 'nccl'",
+    ),
+    (
+        "unknown-collective",
+        mutated(lambda d: d.update(collective="teleport")),
+        "collective: unknown collective 'teleport'",
+    ),
     ("empty-entries", mutated(lambda d: d.update(entries=[])), "entries: expected at least 1 item, got 0"),
     ("inverted-bucket", mutated(entry(0, max_bytes=4)), "entries[0].max_bytes: 4 is below min_bytes 8"),
-    ("overlapping-buckets", mutated(entry(0, max_bytes=65536)), "entries[1].min_bytes: 65536 overlaps entries[0] (from 8, up to 65536)"),
-    ("unbounded-then-more", mutated(entry(0, max_bytes=None)), "entries[1].min_bytes: 65536 overlaps entries[0] (from 8, no upper bound)"),
-    ("wrong-kind", mutated(lambda d: d.update(kind="nccl-tests")), "kind: expected 'purlin-plan', got 'nccl-tests' (not a purlin plan)"),
-    ("newer-schema", mutated(lambda d: d.update(schema_version=SCHEMA_VERSION + 1)), f"schema_version: plan schema version {SCHEMA_VERSION + 1} is newer than this purlin-bench reads ({SCHEMA_VERSION}): upgrade purlin-bench"),
+    (
+        "overlapping-buckets",
+        mutated(entry(0, max_bytes=65536)),
+        "entries[1].min_bytes: 65536 overlaps entries[0] (from 8, up to 65536)",
+    ),
+    (
+        "unbounded-then-more",
+        mutated(entry(0, max_bytes=None)),
+        "entries[1].min_bytes: 65536 overlaps entries[0] (from 8, no upper bound)",
+    ),
+    (
+        "wrong-kind",
+        mutated(lambda d: d.update(kind="nccl-tests")),
+        "kind: expected 'purlin-plan', got 'nccl-tests' (not a purlin plan)",
+    ),
+    (
+        "newer-schema",
+        mutated(lambda d: d.update(schema_version=SCHEMA_VERSION + 1)),
+        f"schema_version: plan schema version {SCHEMA_VERSION + 1}"
+        f" is newer than this purlin-bench reads ({SCHEMA_VERSION}): upgrade purlin-bench",
+    ),
     ("binary", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "corrupt plan: not UTF-8 text (byte 0)"),
     ("truncated", plan_text(good_plan(), "x").encode()[:-60], "corrupt plan: not valid JSON (line"),
 ]

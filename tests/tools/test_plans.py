@@ -22,12 +22,37 @@ from purlin_bench.tools.tune.sweep import parse_sweep
 from purlin_bench.tools.tune.tuner import TuneSettings
 
 RANKS = 4
-H200 = Fingerprint("cupy", "h200", f"{RANKS}vr", RANKS, "4 virtual ranks on GPU 0", "NVIDIA H200", (0,), "9.0", 132, 150 << 30, "13.0", "13.0", "x86")
+H200 = Fingerprint(
+    "cupy",
+    "h200",
+    f"{RANKS}vr",
+    RANKS,
+    "4 virtual ranks on GPU 0",
+    "NVIDIA H200",
+    (0,),
+    "9.0",
+    132,
+    150 << 30,
+    "13.0",
+    "13.0",
+    "x86",
+)
 
 
 def entry(lo, hi, strategy, channels=1, datapath=None) -> PlanEntry:
     exec_params = {"datapath": datapath, "blocks": 8} if datapath else {}
-    return PlanEntry(lo, hi, lo, RunConfig.make(strategy, {"channels": channels, "slice_bytes": 0}, exec_params), 10.0, 1.0, 12.0, None, 3, f"study-{lo}")
+    return PlanEntry(
+        lo,
+        hi,
+        lo,
+        RunConfig.make(strategy, {"channels": channels, "slice_bytes": 0}, exec_params),
+        10.0,
+        1.0,
+        12.0,
+        None,
+        3,
+        f"study-{lo}",
+    )
 
 
 def make_plan(collective="all-reduce", fingerprint=None, backend="numpy", dtype="float32") -> PlanArtifact:
@@ -38,7 +63,18 @@ def make_plan(collective="all-reduce", fingerprint=None, backend="numpy", dtype=
         entry(65536, (1 << 20) - 1, "ring", 2, datapath="sm"),
         entry(1 << 20, None, "direct", 2),
     )
-    return PlanArtifact(collective, dtype, RANKS, backend, fp, "0.1.0", "2026-12-02T10:00:00+00:00", SweepRef("t", "abc", "tpe", 3, 0), entries, redop="sum" if not copy else None)
+    return PlanArtifact(
+        collective,
+        dtype,
+        RANKS,
+        backend,
+        fp,
+        "0.1.0",
+        "2026-12-02T10:00:00+00:00",
+        SweepRef("t", "abc", "tpe", 3, 0),
+        entries,
+        redop="sum" if not copy else None,
+    )
 
 
 @pytest.fixture
@@ -62,9 +98,19 @@ def test_load_plan_is_exported_at_package_level():
 def test_entries_are_picked_by_message_size(results):
     tuned = load_plan(plan_path(results, "cpu", "all-reduce", f"{RANKS}vr", "float32"))
     assert isinstance(tuned, TunedCollective) and tuned.ranks == RANKS
-    assert [tuned.entry_for(n).min_bytes for n in (0, 8, 65535, 65536, (1 << 20) - 1, 1 << 20, 1 << 40)] == [8, 8, 8, 65536, 65536, 1 << 20, 1 << 20]
+    assert [tuned.entry_for(n).min_bytes for n in (0, 8, 65535, 65536, (1 << 20) - 1, 1 << 20, 1 << 40)] == [
+        8,
+        8,
+        8,
+        65536,
+        65536,
+        1 << 20,
+        1 << 20,
+    ]
     assert tuned.config_for(100).strategy == "two-shot"
-    assert tuned.config_for(1 << 16) == RunConfig.make("ring", {"channels": 2, "slice_bytes": 0})  # numpy: datapath params dropped
+    assert tuned.config_for(1 << 16) == RunConfig.make(
+        "ring", {"channels": 2, "slice_bytes": 0}
+    )  # numpy: datapath params dropped
 
 
 @pytest.mark.parametrize("collective", ["all-reduce", "all-gather", "broadcast"])
@@ -82,7 +128,11 @@ def test_outputs_match_the_reference(results, collective, nbytes):
 
 
 def test_by_collective_needs_a_plan_for_this_machine(tmp_path):
-    with pytest.raises(ArtifactError, match=r"no tuned plan for all-reduce float32 on cpu .*4vr.*does not exist \(run: purlin tune all-reduce --dtype float32 --ranks 4 --out \S+\)"):
+    with pytest.raises(
+        ArtifactError,
+        match=r"no tuned plan for all-reduce float32 on cpu .*4vr.*does not exist"
+        r" \(run: purlin tune all-reduce --dtype float32 --ranks 4 --out \S+\)",
+    ):
         load_plan("all-reduce", "float32", RANKS, results_dir=tmp_path)
 
 
@@ -121,11 +171,14 @@ def test_a_plan_of_ranks_in_processes_on_a_gpu_opens_no_gpus_itself(tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("layout, devices, backend, opened", [
-    ("2proc-1gpu", (0, 0), "fake", None),  # the launcher maps ranks in processes to GPUs
-    ("nvlink-2", (0, 1), "fake", (0, 1)),  # one process over both GPUs, as tuned
-    ("nvlink-2", (0, 1), "numpy", None),  # simulated ranks: no GPUs to open
-])
+@pytest.mark.parametrize(
+    "layout, devices, backend, opened",
+    [
+        ("2proc-1gpu", (0, 0), "fake", None),  # the launcher maps ranks in processes to GPUs
+        ("nvlink-2", (0, 1), "fake", (0, 1)),  # one process over both GPUs, as tuned
+        ("nvlink-2", (0, 1), "numpy", None),  # simulated ranks: no GPUs to open
+    ],
+)
 def test_the_gpus_a_plan_file_opens(tmp_path, layout, devices, backend, opened):
     fp = replace(H200, layout=layout, ranks=2, devices=devices)
     path = tmp_path / "plan.json"
@@ -153,11 +206,24 @@ def test_plan_lookup_for_bench(results):
     with pytest.raises(ArtifactError, match="is a plan for all-gather, not all-reduce"):
         plan_lookup(path, backend="numpy", ranks=RANKS, dtype="float32")(inst, 64)
     with pytest.raises(ArtifactError, match="is a plan for float32, not bfloat16"):
-        plan_lookup(str(plan_path(results, "cpu", "all-reduce", f"{RANKS}vr", "float32")), backend="numpy", ranks=RANKS, dtype="bfloat16")(inst, 64)
+        plan_lookup(
+            str(plan_path(results, "cpu", "all-reduce", f"{RANKS}vr", "float32")),
+            backend="numpy",
+            ranks=RANKS,
+            dtype="bfloat16",
+        )(inst, 64)
 
 
 def test_a_real_tune_then_load_plan(tmp_path):
-    sweep = parse_sweep({"sizes": [8, "4K"], "ranks": [RANKS], "trials": 3, "space": {"strategy": ["direct", "push"], "params": {"channels": [1, 2]}}}, "t.yaml")
+    sweep = parse_sweep(
+        {
+            "sizes": [8, "4K"],
+            "ranks": [RANKS],
+            "trials": 3,
+            "space": {"strategy": ["direct", "push"], "params": {"channels": [1, 2]}},
+        },
+        "t.yaml",
+    )
     request = TuneRequest(
         collectives=(load_builtin("all-gather"),),
         sweep=sweep,

@@ -55,7 +55,9 @@ def assert_one_error_line(code: int, err: str, needle: str) -> None:
 
 def test_tune_writes_plans_and_resumes_by_total_trials(capsys, tmp_path, tiny):
     out = tmp_path / "results"
-    code, stdout, _ = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", out, "--seed", "0")
+    code, stdout, _ = purlin(
+        capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", out, "--seed", "0"
+    )
     assert code == 0
     artifact = out / "cpu" / "all-reduce-4vr-float32.json"
     assert f"wrote {artifact}" in stdout and "CPU reference timings" in stdout
@@ -63,7 +65,21 @@ def test_tune_writes_plans_and_resumes_by_total_trials(capsys, tmp_path, tiny):
     assert plan.backend == "numpy" and [e.min_bytes for e in plan.entries] == [8, 16384]
     assert plan.sweep.name == "tiny" and all(e.trials == 4 for e in plan.entries)
     # Same command, more trials: each study resumes and ends with exactly 6.
-    code, _, _ = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", out, "--seed", "0", "--trials", "6")
+    code, _, _ = purlin(
+        capsys,
+        "tune",
+        "all-reduce",
+        "--sweep",
+        tiny,
+        "--backend",
+        "numpy",
+        "--out",
+        out,
+        "--seed",
+        "0",
+        "--trials",
+        "6",
+    )
     assert code == 0
     storage = open_storage(f"sqlite:///{out / 'tune.db'}")
     names = optuna.get_all_study_names(storage)
@@ -78,10 +94,38 @@ def test_every_trial_is_checked_and_timed_at_each_probe_size(capsys, tmp_path, t
 
     checked, timed = [], []
     prepare, compare = MeasurementService.prepare, MeasurementService.compare
-    monkeypatch.setattr(MeasurementService, "prepare", lambda self, inst, config, dtype, *a, **kw: checked.append((config, inst.count)) or prepare(self, inst, config, dtype, *a, **kw))
-    monkeypatch.setattr(MeasurementService, "compare", lambda self, inst, configs, dtype, *a, **kw: timed.extend((c, inst.count) for c in configs.values()) or compare(self, inst, configs, dtype, *a, **kw))
+    monkeypatch.setattr(
+        MeasurementService,
+        "prepare",
+        lambda self, inst, config, dtype, *a, **kw: (
+            checked.append((config, inst.count)) or prepare(self, inst, config, dtype, *a, **kw)
+        ),
+    )
+    monkeypatch.setattr(
+        MeasurementService,
+        "compare",
+        lambda self, inst, configs, dtype, *a, **kw: (
+            timed.extend((c, inst.count) for c in configs.values()) or compare(self, inst, configs, dtype, *a, **kw)
+        ),
+    )
     out = tmp_path / "results"
-    code, _, _ = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", out, "--sizes", "8,16K,32K", "--max-bytes", "16K", "--confirm", "0")
+    code, _, _ = purlin(
+        capsys,
+        "tune",
+        "all-reduce",
+        "--sweep",
+        tiny,
+        "--backend",
+        "numpy",
+        "--out",
+        out,
+        "--sizes",
+        "8,16K,32K",
+        "--max-bytes",
+        "16K",
+        "--confirm",
+        "0",
+    )
     assert code == 0
     # [8, 16K) of float32: 8 B, 256 B and 8 KiB are 2, 64 and 2048 elements
     probes = {2, 64, 2048}
@@ -102,9 +146,31 @@ def test_kernels_are_built_before_any_study_is_timed(capsys, tmp_path, tiny, mon
     events = []
     measure, prime = ServiceBench.measure, ServiceBench.prime
     monkeypatch.setattr(ServiceBench, "warm_up", lambda self: events.append(("warm", None)) or 18)
-    monkeypatch.setattr(ServiceBench, "prime", lambda self, config, bucket: events.append(("prime", bucket.min_bytes)) or prime(self, config, bucket))
-    monkeypatch.setattr(ServiceBench, "measure", lambda self, config, bucket: events.append(("measure", bucket.min_bytes)) or measure(self, config, bucket))
-    code, stdout, stderr = purlin(capsys, "tune", "all-gather", "--sweep", tiny, "--backend", "numpy", "--out", tmp_path / "r", "--trials", "2", "--confirm", "0")
+    monkeypatch.setattr(
+        ServiceBench,
+        "prime",
+        lambda self, config, bucket: events.append(("prime", bucket.min_bytes)) or prime(self, config, bucket),
+    )
+    monkeypatch.setattr(
+        ServiceBench,
+        "measure",
+        lambda self, config, bucket: events.append(("measure", bucket.min_bytes)) or measure(self, config, bucket),
+    )
+    code, stdout, stderr = purlin(
+        capsys,
+        "tune",
+        "all-gather",
+        "--sweep",
+        tiny,
+        "--backend",
+        "numpy",
+        "--out",
+        tmp_path / "r",
+        "--trials",
+        "2",
+        "--confirm",
+        "0",
+    )
     assert code == 0
     assert events[0] == ("warm", None) and events.count(("warm", None)) == 1
     assert "18 kernel variants ready" in " ".join((stdout + stderr).split())
@@ -120,7 +186,24 @@ def test_kernels_are_built_before_any_study_is_timed(capsys, tmp_path, tiny, mon
 
 def test_export_every_format(capsys, tmp_path, tiny):
     out = tmp_path / "results"
-    assert purlin(capsys, "tune", "all-gather", "--sweep", tiny, "--backend", "numpy", "--out", out, "--trials", "2", "--sizes", "8")[0] == 0
+    assert (
+        purlin(
+            capsys,
+            "tune",
+            "all-gather",
+            "--sweep",
+            tiny,
+            "--backend",
+            "numpy",
+            "--out",
+            out,
+            "--trials",
+            "2",
+            "--sizes",
+            "8",
+        )[0]
+        == 0
+    )
     artifact = out / "cpu" / "all-gather-4vr-float32.json"
     code, stdout, _ = purlin(capsys, "export", artifact, "--format", "json")
     assert code == 0 and json.loads(stdout) == json.loads(artifact.read_text())
@@ -152,7 +235,9 @@ def bad_sweep(tmp_path: Path, text: str) -> Path:
 )
 def test_bad_sweeps(capsys, tmp_path, text, needle):
     path = bad_sweep(tmp_path, text)
-    code, _, err = purlin(capsys, "tune", "all-reduce", "--sweep", path, "--backend", "numpy", "--out", tmp_path / "out")
+    code, _, err = purlin(
+        capsys, "tune", "all-reduce", "--sweep", path, "--backend", "numpy", "--out", tmp_path / "out"
+    )
     assert_one_error_line(code, err, f"{path}: ")
     assert needle in err
     assert not (tmp_path / "out").exists()
@@ -184,14 +269,20 @@ def test_bad_options(capsys, tmp_path, args, needle):
 def test_bad_artifacts_for_export(capsys, tmp_path):
     corrupt = tmp_path / "corrupt.json"
     corrupt.write_text('{"schema_version": 1, "kind": ')
-    assert_one_error_line(*_code_err(purlin(capsys, "export", corrupt, "--format", "json")), "corrupt plan: not valid JSON")
+    assert_one_error_line(
+        *_code_err(purlin(capsys, "export", corrupt, "--format", "json")), "corrupt plan: not valid JSON"
+    )
     newer = tmp_path / "newer.json"
     newer.write_text(json.dumps({"schema_version": 99}))
     assert_one_error_line(*_code_err(purlin(capsys, "export", newer, "--format", "csv")), "schema version 99 is newer")
     missing = tmp_path / "missing.json"
     missing.write_text(json.dumps({"schema_version": 1, "kind": "purlin-plan"}))
-    assert_one_error_line(*_code_err(purlin(capsys, "export", missing, "--format", "csv")), "missing.json: collective: missing field")
-    assert_one_error_line(*_code_err(purlin(capsys, "export", missing, "--format", "yaml")), "unknown export format 'yaml'")
+    assert_one_error_line(
+        *_code_err(purlin(capsys, "export", missing, "--format", "csv")), "missing.json: collective: missing field"
+    )
+    assert_one_error_line(
+        *_code_err(purlin(capsys, "export", missing, "--format", "yaml")), "unknown export format 'yaml'"
+    )
 
 
 def _code_err(result: tuple[int, str, str]) -> tuple[int, str]:
@@ -199,12 +290,25 @@ def _code_err(result: tuple[int, str, str]) -> tuple[int, str]:
 
 
 def _subprocess(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "purlin_bench.cli.main", *map(str, args)], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "purlin_bench.cli.main", *map(str, args)], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_unreachable_storage_from_a_real_process(tmp_path, tiny):
     """As a user sees it: a real process, nothing on port 1."""
-    result = _subprocess("tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out", tmp_path / "out", "--storage", "postgresql://127.0.0.1:1/x")
+    result = _subprocess(
+        "tune",
+        "all-reduce",
+        "--sweep",
+        tiny,
+        "--backend",
+        "numpy",
+        "--out",
+        tmp_path / "out",
+        "--storage",
+        "postgresql://127.0.0.1:1/x",
+    )
     assert_one_error_line(result.returncode, result.stderr, "cannot open study storage postgresql://127.0.0.1:1/x:")
     assert result.stdout == "" and not (tmp_path / "out").exists()
 
@@ -219,7 +323,10 @@ def test_corrupt_artifact_from_a_real_process(tmp_path):
 
 def test_help_does_not_import_optuna():
     """Optuna costs about a second to import: only a tune may pay it."""
-    code = "import sys; from purlin_bench.cli.main import run; run(['tune', '--help']); print('optuna imported:', 'optuna' in sys.modules)"
+    code = (
+        "import sys; from purlin_bench.cli.main import run; run(['tune', '--help']);"
+        " print('optuna imported:', 'optuna' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "--trials" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "optuna imported: False"

@@ -53,7 +53,10 @@ def tune(capsys, tiny, out, *extra):
 
 def finished_trials(out: Path) -> int:
     storage = open_storage(f"sqlite:///{out / 'tune.db'}")
-    return sum(count_finished(optuna.load_study(study_name=n, storage=storage).get_trials(deepcopy=False)) for n in optuna.get_all_study_names(storage))
+    return sum(
+        count_finished(optuna.load_study(study_name=n, storage=storage).get_trials(deepcopy=False))
+        for n in optuna.get_all_study_names(storage)
+    )
 
 
 def test_cpu_defaults_keep_small_buckets_and_few_trials_in_one_note():
@@ -65,7 +68,9 @@ def test_cpu_defaults_keep_small_buckets_and_few_trials_in_one_note():
     assert f"{len(sweep.buckets)} of {len(full.buckets)} size buckets" in note and f"{trials} trials per study" in note
     # Asked for, nothing is cut and nothing is said.
     sweep, trials, note = _backend_limits(cls, full, "1G", 40, sweep_given=False)
-    assert len(sweep.buckets) == len(full.buckets) and trials == 40 and note is None  # [1G, inf) is measured at 1G alone
+    assert (
+        len(sweep.buckets) == len(full.buckets) and trials == 40 and note is None
+    )  # [1G, inf) is measured at 1G alone
     # A cap keeps the buckets that end at or below it: [256M, 1G) starts below 512M but is measured up to 512M.
     assert [b.min_bytes for b in _backend_limits(cls, full, "512M", None, sweep_given=False)[0].buckets][-1] == 16 << 20
     # A sweep the user names keeps its trial count (workers sharing a study agree on it).
@@ -81,7 +86,10 @@ def test_progress_is_one_plain_line_per_study_after_its_finals(capsys, tmp_path,
     assert code == 0
     lines = [line for line in err.splitlines() if line.startswith("study ")]
     assert len(lines) == 2, err
-    assert lines[0].startswith("study 1/2 all-reduce float32 4vr [8, 16K): 4/4 trials (4 run now), finals done") and "s left" in lines[0]
+    assert (
+        lines[0].startswith("study 1/2 all-reduce float32 4vr [8, 16K): 4/4 trials (4 run now), finals done")
+        and "s left" in lines[0]
+    )
     assert lines[1].startswith("study 2/2 all-reduce float32 4vr [16K, inf): 4/4 trials") and "left" not in lines[1]
     assert "\x1b[" not in err  # plain text, no terminal codes
 
@@ -142,9 +150,15 @@ def test_cpu_plans_go_outside_the_tracked_results_and_are_found_there(capsys, tm
     monkeypatch.chdir(tmp_path)
     code, stdout, _ = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", CPU, "--seed", "0")
     assert code == 0
-    assert (tmp_path / CPU_RESULTS / "cpu" / "all-reduce-4vr-float32.json").exists() and not (tmp_path / DEFAULT_RESULTS).exists()
-    assert load_plan("all-reduce", "float32", 4, backend=CPU).source == str(Path(CPU_RESULTS) / "cpu" / "all-reduce-4vr-float32.json")
-    code, stdout, _ = purlin(capsys, "bench", "all-reduce", "--backend", CPU, "--ranks", "4", "-b", "8", "-e", "64", "--plan", "auto")
+    assert (tmp_path / CPU_RESULTS / "cpu" / "all-reduce-4vr-float32.json").exists() and not (
+        tmp_path / DEFAULT_RESULTS
+    ).exists()
+    assert load_plan("all-reduce", "float32", 4, backend=CPU).source == str(
+        Path(CPU_RESULTS) / "cpu" / "all-reduce-4vr-float32.json"
+    )
+    code, stdout, _ = purlin(
+        capsys, "bench", "all-reduce", "--backend", CPU, "--ranks", "4", "-b", "8", "-e", "64", "--plan", "auto"
+    )
     assert code == 0, stdout
     repo = Path(__file__).resolve().parents[2]
     assert f"/{CPU_RESULTS}/" in (repo / ".gitignore").read_text().splitlines()
@@ -153,7 +167,9 @@ def test_cpu_plans_go_outside_the_tracked_results_and_are_found_there(capsys, tm
 def test_the_missing_plan_hint_is_quick_on_its_machine():
     assert default_results_dir(CPU) == CPU_RESULTS
     # A GPU's default sweep takes hours; the hint names the quick one.
-    assert tune_hint("all-reduce", "float32", "cupy", 8, None, None).startswith("purlin tune all-reduce --dtype float32 --sweep quick")
+    assert tune_hint("all-reduce", "float32", "cupy", 8, None, None).startswith(
+        "purlin tune all-reduce --dtype float32 --sweep quick"
+    )
     # The CPU reference's own defaults are the quick tune there.
     cpu = tune_hint("all-reduce", "bfloat16", CPU, 4, None, "elsewhere")
     assert "--sweep" not in cpu and cpu.endswith("--ranks 4 --out elsewhere")

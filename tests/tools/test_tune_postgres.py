@@ -58,7 +58,10 @@ def database_url():
         yield f"{base}/{name}"
     finally:
         with admin.cursor() as cur:
-            cur.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+            cur.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            )
             cur.execute(f"DROP DATABASE IF EXISTS {name}")
         admin.close()
 
@@ -68,7 +71,25 @@ def test_two_workers_share_one_study(tmp_path, database_url):
     sweep.write_text(SWEEP)
 
     def worker(n: int) -> subprocess.Popen:
-        command = [sys.executable, "-m", "purlin_bench.cli.main", "tune", "all-reduce", "--sweep", str(sweep), "--backend", "numpy", "--storage", database_url, "--out", str(tmp_path / f"w{n}"), "--sampler", "random", "--seed", str(n)]
+        command = [
+            sys.executable,
+            "-m",
+            "purlin_bench.cli.main",
+            "tune",
+            "all-reduce",
+            "--sweep",
+            str(sweep),
+            "--backend",
+            "numpy",
+            "--storage",
+            database_url,
+            "--out",
+            str(tmp_path / f"w{n}"),
+            "--sampler",
+            "random",
+            "--seed",
+            str(n),
+        ]
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     workers = [worker(1), worker(2)]

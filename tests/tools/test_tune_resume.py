@@ -40,7 +40,10 @@ def trials(db: Path) -> list[dict]:
         system = con.execute("SELECT trial_id, key, value_json FROM trial_system_attributes").fetchall()
         params = con.execute("SELECT trial_id, param_name, param_value FROM trial_params").fetchall()
         values = dict(con.execute("SELECT trial_id, value FROM trial_values").fetchall())
-    by_id = {tid: {"number": n, "state": state, "value": values.get(tid), "attrs": {}, "system": {}, "params": {}} for tid, n, state in rows}
+    by_id = {
+        tid: {"number": n, "state": state, "value": values.get(tid), "attrs": {}, "system": {}, "params": {}}
+        for tid, n, state in rows
+    }
     for tid, key, value in attrs:
         by_id[tid]["attrs"][key] = json.loads(value)
     for tid, key, value in system:
@@ -76,7 +79,23 @@ def test_sigkill_mid_study_then_resume(tmp_path):
     sweep = tmp_path / "resume.yaml"
     sweep.write_text(SWEEP)
     out = tmp_path / "results"
-    command = [sys.executable, "-m", "purlin_bench.cli.main", "tune", "all-reduce", "--sweep", str(sweep), "--backend", "numpy", "--out", str(out), "--sampler", "bruteforce", "--seed", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "purlin_bench.cli.main",
+        "tune",
+        "all-reduce",
+        "--sweep",
+        str(sweep),
+        "--backend",
+        "numpy",
+        "--out",
+        str(out),
+        "--sampler",
+        "bruteforce",
+        "--seed",
+        "0",
+    ]
     db = out / "tune.db"
 
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -104,7 +123,9 @@ def test_sigkill_mid_study_then_resume(tmp_path):
     for number in killed:  # the trial cut short failed with no reason (not counted), then ran again as it was
         assert by_number[number]["state"] == "FAIL" and "failure" not in by_number[number]["attrs"]
         retries = [t for t in after if t["system"].get("failed_trial") == number]
-        assert len(retries) == 1 and retries[0] in counted(after) and retries[0]["params"] == by_number[number]["params"]
+        assert (
+            len(retries) == 1 and retries[0] in counted(after) and retries[0]["params"] == by_number[number]["params"]
+        )
     assert not [t for t in after if t["state"] in ("RUNNING", "WAITING")]
     plan = load_plan_file(out / "cpu" / "all-reduce-4vr-float32.json")
     assert plan.entries[0].trials == TRIALS

@@ -34,8 +34,21 @@ def test_show_prints_symbolic_sizes(capsys):
 
 @pytest.mark.parametrize("counts", ["uniform", "skewed", "hot", "sparse", "all"])
 def test_check_draws_each_distribution(capsys, counts):
-    code, out, _ = purlin(capsys, "check", ",".join(VARIABLE), "--ranks", "1,4", "--count", "0,33", "--dtype",
-                          "float32,float8_e4m3fn", "--counts", counts, "--no-inplace", "--json")
+    code, out, _ = purlin(
+        capsys,
+        "check",
+        ",".join(VARIABLE),
+        "--ranks",
+        "1,4",
+        "--count",
+        "0,33",
+        "--dtype",
+        "float32,float8_e4m3fn",
+        "--counts",
+        counts,
+        "--no-inplace",
+        "--json",
+    )
     data = json.loads(out)
     assert code == 0 and data["summary"]["failed"] == 0 and data["summary"]["passed"] == 3 * 2 * 2 * 2 * 4
     assert {r["counts"] for r in data["results"]} == {counts}
@@ -48,26 +61,44 @@ def test_check_table_has_a_counts_column_only_with_variable_sizes(capsys):
     assert code == 0 and "counts" not in out
 
 
-@pytest.mark.parametrize(("args", "fragment"), [
-    (("check", "all-gather-v", "--counts", "zipf"),
-     "unknown --counts 'zipf' (known: all, uniform, skewed, hot, sparse)"),
-    (("check", "all-reduce", "--counts", "hot"), "--counts is for collectives whose sizes come per call"),
-    (("show", "all-to-all-v", "--inplace"), "all-to-all-v has no in-place form"),
-    (("bench", "all-to-all-v", "--backend", "numpy", "--counts", "zipf"),
-     "unknown --counts 'zipf' (known: uniform, skewed, hot, sparse)"),
-    (("tune", "reduce-scatter-v", "--backend", "numpy"), "variable-length collectives are not supported yet"),
-    (("check", "all-gather-v,nope"), "unknown collective 'nope'"),
-    (("show", "all-to-all-v", "--source"), "--source: the compiled datapath needs fixed sizes"),
-    (("show", "all-reduce", "--dtype", "e5m2", "--source"), "--source: backend cupy does not move float8_e5m2 yet"),
-])
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (
+            ("check", "all-gather-v", "--counts", "zipf"),
+            "unknown --counts 'zipf' (known: all, uniform, skewed, hot, sparse)",
+        ),
+        (("check", "all-reduce", "--counts", "hot"), "--counts is for collectives whose sizes come per call"),
+        (("show", "all-to-all-v", "--inplace"), "all-to-all-v has no in-place form"),
+        (
+            ("bench", "all-to-all-v", "--backend", "numpy", "--counts", "zipf"),
+            "unknown --counts 'zipf' (known: uniform, skewed, hot, sparse)",
+        ),
+        (("tune", "reduce-scatter-v", "--backend", "numpy"), "variable-length collectives are not supported yet"),
+        (("check", "all-gather-v,nope"), "unknown collective 'nope'"),
+        (("show", "all-to-all-v", "--source"), "--source: the compiled datapath needs fixed sizes"),
+        (("show", "all-reduce", "--dtype", "e5m2", "--source"), "--source: backend cupy does not move float8_e5m2 yet"),
+    ],
+)
 def test_what_is_not_supported_is_one_line(capsys, args, fragment):
     assert_one_line_error(*purlin(capsys, *args), fragment)
 
 
 def test_a_users_own_variable_collective_from_examples(capsys):
     path = str(Path(__file__).resolve().parents[2] / "examples" / "ring-shift-v.yaml")
-    code, out, _ = purlin(capsys, "check", path, "--ranks", "1,2,3,8", "--dtype", "float32,float8_e5m2",
-                          "--count", "0,1001", "--no-inplace", "--json")
+    code, out, _ = purlin(
+        capsys,
+        "check",
+        path,
+        "--ranks",
+        "1,2,3,8",
+        "--dtype",
+        "float32,float8_e5m2",
+        "--count",
+        "0,1001",
+        "--no-inplace",
+        "--json",
+    )
     data = json.loads(out)
     assert code == 0 and data["summary"]["failed"] == 0 and data["summary"]["passed"] == 4 * 2 * 2 * 4
     code, out, _ = purlin(capsys, "show", path, "--ranks", "3", "--count", "64", "--strategy", "ring")
@@ -79,8 +110,31 @@ def test_bench_times_rows_whose_counts_add_up_to_their_size(capsys, tmp_path, di
     """A row of size S runs counts adding up to S's total (all-to-all-v's S is
     total / R), drawn from --counts, every call checked: the JSON says how."""
     out_file = tmp_path / "v.json"
-    code, out, _ = purlin(capsys, "bench", "all-to-all-v", "--backend", "numpy", "--ranks", "4", "-b", "64", "-e", "4K",
-                          "-f", "8", "--counts", distribution, "--json", str(out_file), "-n", "2", "-w", "0", "-G", "1")
+    code, out, _ = purlin(
+        capsys,
+        "bench",
+        "all-to-all-v",
+        "--backend",
+        "numpy",
+        "--ranks",
+        "4",
+        "-b",
+        "64",
+        "-e",
+        "4K",
+        "-f",
+        "8",
+        "--counts",
+        distribution,
+        "--json",
+        str(out_file),
+        "-n",
+        "2",
+        "-w",
+        "0",
+        "-G",
+        "1",
+    )
     assert code == 0 and f"# counts: {distribution}" in out
     data = json.loads(out_file.read_text())
     assert data["environment"]["counts"] == distribution

@@ -10,7 +10,12 @@ from purlin_bench.base.inputs import exact_inputs
 
 
 def test_values_are_small_exact_integers():
-    for redop, allowed in ((None, set(range(-4, 5))), ("sum", set(range(-4, 5))), ("prod", {-2, -1, 1, 2}), ("max", set(range(-4, 5)))):
+    for redop, allowed in (
+        (None, set(range(-4, 5))),
+        ("sum", set(range(-4, 5))),
+        ("prod", {-2, -1, 1, 2}),
+        ("max", set(range(-4, 5))),
+    ):
         for x in exact_inputs([1000, 3], np.dtype(ml_dtypes.bfloat16), redop, seed=1):
             assert set(x.astype(np.float32).astype(int).tolist()) <= allowed
 
@@ -21,7 +26,7 @@ def test_long_inputs_repeat_with_a_prime_period_and_differ_between_ranks(monkeyp
     assert a.shape == (1000,) and np.array_equal(a[:101], a[101:202]) and np.array_equal(a[:899], a[101:])
     assert not np.array_equal(a, b)
     # a shift by a power of two shows: the pattern never repeats at such offsets
-    assert all(not np.array_equal(a[:500], a[s:s + 500]) for s in (16, 32, 64, 128, 256))
+    assert all(not np.array_equal(a[:500], a[s : s + 500]) for s in (16, 32, 64, 128, 256))
 
 
 def test_same_seed_same_inputs():

@@ -16,7 +16,21 @@ from purlin_bench.cli import common
 from purlin_bench.cli.main import run
 
 FAST = ("--backend", "numpy", "-n", "1", "-w", "0", "-G", "1")
-HEADER_WORDS = ["size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong"]
+HEADER_WORDS = [
+    "size",
+    "count",
+    "type",
+    "redop",
+    "root",
+    "time",
+    "algbw",
+    "busbw",
+    "#wrong",
+    "time",
+    "algbw",
+    "busbw",
+    "#wrong",
+]
 
 
 def bench(capsys, *args):
@@ -71,7 +85,24 @@ def test_without_check_wrong_is_not_a_count(capsys):
 def test_table_format_is_forced_and_fits_100_columns(capsys, monkeypatch):
     buffer = io.StringIO()
     monkeypatch.setitem(common._consoles, "console", Console(width=100, file=buffer))
-    code, _, _ = bench(capsys, "all-gather", "-b", 64, "-e", 1024, "-f", 16, "--ranks", 4, "--strategy", "all", "--baseline", "auto,default", "--format", "table")
+    code, _, _ = bench(
+        capsys,
+        "all-gather",
+        "-b",
+        64,
+        "-e",
+        1024,
+        "-f",
+        16,
+        "--ranks",
+        4,
+        "--strategy",
+        "all",
+        "--baseline",
+        "auto,default",
+        "--format",
+        "table",
+    )
     assert code == 0
     lines = buffer.getvalue().splitlines()
     assert max(len(line) for line in lines) <= 100
@@ -83,7 +114,9 @@ def test_wide_table_keeps_one_line_a_row(capsys, monkeypatch):
     monkeypatch.setitem(common._consoles, "console", Console(width=220, file=buffer))
     bench(capsys, "all-gather", "-b", 64, "-e", 1024, "-f", 16, "--ranks", 4, "--strategy", "ring", "--format", "table")
     rows = [line for line in buffer.getvalue().splitlines() if line.strip()[:1].isdigit()]
-    assert len(rows) == 2 and all(line.split()[-1] == "ring" and len(line.split()) == 17 for line in rows)  # 13 + baseline, vs, floor, strategy
+    assert len(rows) == 2 and all(
+        line.split()[-1] == "ring" and len(line.split()) == 17 for line in rows
+    )  # 13 + baseline, vs, floor, strategy
 
 
 def test_an_interrupted_run_keeps_its_rows_marked_incomplete(capsys, monkeypatch, tmp_path):
@@ -127,10 +160,19 @@ def test_unknown_format_is_refused(capsys):
     assert code != 0 and "unknown --format 'box'" in err and not out
 
 
-@pytest.mark.parametrize(("policy", "says"), [
-    (TimingPolicy(iters=20, warmup=5, reps=5, graph=True), ["3 calls per batch", "1 warm-up call", "median of 3 batches", "capped", "no CUDA graphs"]),
-    (TimingPolicy(iters=1, warmup=0, reps=1, graph=False), ["1 calls per batch", "0 warm-up calls", "median of 1 batches"]),
-])
+@pytest.mark.parametrize(
+    ("policy", "says"),
+    [
+        (
+            TimingPolicy(iters=20, warmup=5, reps=5, graph=True),
+            ["3 calls per batch", "1 warm-up call", "median of 3 batches", "capped", "no CUDA graphs"],
+        ),
+        (
+            TimingPolicy(iters=1, warmup=0, reps=1, graph=False),
+            ["1 calls per batch", "0 warm-up calls", "median of 1 batches"],
+        ),
+    ],
+)
 def test_numpy_header_says_the_timing_done(policy, says):
     label = NumpyBackend.time_label(NumpyBackend.__new__(NumpyBackend), policy)
     assert all(s in label for s in says)

@@ -89,8 +89,12 @@ def test_too_many_copy_engine_copies_are_refused_not_captured(monkeypatch):
 @pytest.mark.parametrize(
     ("name", "strategy", "copy_only"),
     [
-        ("all-gather", "push", True), ("all-to-all", "push", True), ("broadcast", "two-shot", True),
-        ("all-reduce", "two-shot", False), ("all-reduce", "ring", False), ("reduce-scatter", "direct", False),
+        ("all-gather", "push", True),
+        ("all-to-all", "push", True),
+        ("broadcast", "two-shot", True),
+        ("all-reduce", "two-shot", False),
+        ("all-reduce", "ring", False),
+        ("reduce-scatter", "direct", False),
     ],
 )
 def test_programs_without_a_reduce_op_get_the_copy_only_kernel(name, strategy, copy_only):
@@ -108,16 +112,39 @@ def test_programs_without_a_reduce_op_get_the_copy_only_kernel(name, strategy, c
 # vector of fewer elements than ranks is not split
 @pytest.mark.parametrize(
     ("count", "largest_op", "threads", "blocks"),
-    [(4, 4, 512, 1), (4096, 512, 256, 1), (1 << 16, 1 << 13, 512, 4), (1 << 16, 1 << 13, 256, 8), (1 << 20, 1 << 17, 512, 64)],
+    [
+        (4, 4, 512, 1),
+        (4096, 512, 256, 1),
+        (1 << 16, 1 << 13, 512, 4),
+        (1 << 16, 1 << 13, 256, 8),
+        (1 << 20, 1 << 17, 512, 64),
+    ],
 )
 def test_a_group_gets_no_more_blocks_than_its_largest_op_has_vectors_per_thread(count, largest_op, threads, blocks):
     from purlin_bench.backends.cupy.runtime.runner import useful_blocks
 
-    low = lower(_program("all-reduce", "two-shot", count=count), list(range(8)), fused=True, datapath="sm", flag_address=_addr)
+    low = lower(
+        _program("all-reduce", "two-shot", count=count), list(range(8)), fused=True, datapath="sm", flag_address=_addr
+    )
     assert int(low.ops["count"].max()) == largest_op
     assert useful_blocks([low], 4, threads) == blocks
     # an op smaller than one vector still needs a block
-    assert useful_blocks([lower(_program("all-gather", "push", count=1), list(range(8)), fused=True, datapath="sm", flag_address=_addr)], 4, 512) == 1
+    assert (
+        useful_blocks(
+            [
+                lower(
+                    _program("all-gather", "push", count=1),
+                    list(range(8)),
+                    fused=True,
+                    datapath="sm",
+                    flag_address=_addr,
+                )
+            ],
+            4,
+            512,
+        )
+        == 1
+    )
 
 
 @pytest.mark.parametrize("name", ["broadcast", "gather", "scatter", "reduce"])
@@ -151,7 +178,9 @@ def test_show_source_and_the_runner_size_a_requested_block_count_alike():
     assert group_blocks(0, 4, 16) == 4
     assert group_blocks(32, 4, 16) == 16 and group_blocks(8, 4, 16) == 8 and group_blocks(2, 4, 16) == 2
     assert group_blocks(32, 4, 16, cap_blocks=False) == 32
-    program = _program("scatter", "direct", ranks=8, count=16384)  # single-source copies: the data can use more than auto
+    program = _program(
+        "scatter", "direct", ranks=8, count=16384
+    )  # single-source copies: the data can use more than auto
     low = lower(program, list(range(8)), True, "sm", _addr)
     auto, useful = data_blocks([low], 4, 8192), useful_blocks([low], 4, 128)
     assert useful > auto  # the case where the two used to differ

@@ -31,7 +31,11 @@ def test_kernel_settings_become_the_builds_defines(monkeypatch):
     assert KernelSettings().defines() == ()
     # the test mode's jitter is the only switch left, and it reaches every build
     jittery = KernelSettings(jitter_ns=2000, jitter_seed=7)
-    assert jittery.defines() == jittery.defines(copy_only=True, threads=128) == ("-DPURLIN_JITTER_NS=2000", "-DPURLIN_JITTER_SEED=7")
+    assert (
+        jittery.defines()
+        == jittery.defines(copy_only=True, threads=128)
+        == ("-DPURLIN_JITTER_NS=2000", "-DPURLIN_JITTER_SEED=7")
+    )
     # the warm-up builds the variants a backend with those settings runs
     built = []
     backend = CupyBackend(2, settings=jittery)
@@ -46,7 +50,9 @@ def test_jitter_comes_from_the_environment_checked():
     from purlin_bench.base.errors import PurlinError
 
     assert KernelSettings.from_environ({}) == KernelSettings()
-    assert KernelSettings.from_environ({"PURLIN_JITTER": "500", "PURLIN_JITTER_SEED": "3"}) == KernelSettings(jitter_ns=500, jitter_seed=3)
+    assert KernelSettings.from_environ({"PURLIN_JITTER": "500", "PURLIN_JITTER_SEED": "3"}) == KernelSettings(
+        jitter_ns=500, jitter_seed=3
+    )
     # every process of a run reads the same variables, so a backend made without settings takes them
     for bad in ("-1", "abc", "2000000", "1e3"):
         with pytest.raises(PurlinError, match="PURLIN_JITTER must be an integer"):

@@ -123,12 +123,16 @@ def test_a_users_small_slices_keep_the_default_on_the_interpreter_past_the_op_bo
         inst = _at(name, 64 << 10)
         (config,) = configs_for(inst, 64 << 10, Choice("auto", {"slice_bytes": slices}, {}), service.default_config)
         assert dict(config.plan_params)["slice_bytes"] == slices
-        program = derive_program(inst, config.strategy, "float32", "sum" if inst.op == "reduce" else None, dict(config.plan_params), False)
+        program = derive_program(
+            inst, config.strategy, "float32", "sum" if inst.op == "reduce" else None, dict(config.plan_params), False
+        )
         fits = build_weight(lower(program, list(range(8)), True, "sm", flag_id)) <= MAX_BUILD_WEIGHT
         assert (dict(config.exec_params).get("kernel") == "compiled") == fits, (name, slices)
         assert fits == (name == "all-reduce")
     # and an explicit choice is the user's: --kernel interpreted wins over the default
-    (config,) = configs_for(_at("all-gather", 4096), 4096, Choice("auto", {}, {"kernel": "interpreted"}), service.default_config)
+    (config,) = configs_for(
+        _at("all-gather", 4096), 4096, Choice("auto", {}, {"kernel": "interpreted"}), service.default_config
+    )
     assert dict(config.exec_params)["kernel"] == "interpreted"
 
 
@@ -143,7 +147,9 @@ def test_reductions_past_the_datapaths_sources_per_step_default_to_a_ring():
             config = default_config(inst, fused=fused)
             assert config.strategy == "ring", (name, fused)
             program = derive_program(inst, config.strategy, "float32", "sum", dict(config.plan_params), False)
-            assert len(lower(program, list(range(inst.ranks)), True, "sm", flag_id).ops)  # it lowers: no step past MAX_SRC sources
+            assert len(
+                lower(program, list(range(inst.ranks)), True, "sm", flag_id).ops
+            )  # it lowers: no step past MAX_SRC sources
 
 
 def test_a_rank_sending_several_flows_gets_a_channel_per_flow():

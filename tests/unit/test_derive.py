@@ -162,7 +162,12 @@ def _code_tokens(path: Path) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 docstrings.add(body[0].value.lineno)
     out = []
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
@@ -179,12 +184,16 @@ def test_no_strategy_code_names_a_collective():
     for path in files:
         for token in _code_tokens(path):
             for name in names:
-                assert name not in token and name.replace("-", "") not in token, f"{path.name} mentions '{name}' in code: {token}"
+                assert name not in token and name.replace("-", "") not in token, (
+                    f"{path.name} mentions '{name}' in code: {token}"
+                )
         # And no code compares a spec's name with anything.
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Compare):
                 for side in (node.left, *node.comparators):
-                    assert not (isinstance(side, ast.Attribute) and side.attr == "name"), f"{path.name}:{node.lineno} compares a name"
+                    assert not (isinstance(side, ast.Attribute) and side.attr == "name"), (
+                        f"{path.name}:{node.lineno} compares a name"
+                    )
 
 
 @pytest.mark.parametrize("name", ["all-reduce", "all-gather", "scatter", "all-to-all"])
@@ -235,18 +244,32 @@ def test_unknown_parameter():
         derive_program(inst, "ring", "float32", params={"unroll": 2})
 
 
-@pytest.mark.parametrize(("param", "value"), [("channels", 0), ("channels", "2"), ("channels", True), ("slice_bytes", -1), ("slice_bytes", 1.5)])
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [("channels", 0), ("channels", "2"), ("channels", True), ("slice_bytes", -1), ("slice_bytes", 1.5)],
+)
 def test_bad_parameter_value(param, value):
     inst = instantiate(load_builtin("all-reduce"), 2, 16, 4)
     # channels is bounded on both sides (strategies.base.MAX_CHANNELS), so its range is said
-    with pytest.raises(ProgramError, match=f"parameter {param} of strategy 'direct' must be (a whole number|in \\[1, 64\\])"):
+    with pytest.raises(
+        ProgramError, match=f"parameter {param} of strategy 'direct' must be (a whole number|in \\[1, 64\\])"
+    ):
         derive_program(inst, "direct", "float32", params={param: value})
 
 
 # -- serialisation -----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "strategy", "inplace"), [("all-reduce", "ring", False), ("all-reduce", "direct", True), ("reduce", "push", False), ("all-gather", "ring", True), ("scatter", "direct", False)])
+@pytest.mark.parametrize(
+    ("name", "strategy", "inplace"),
+    [
+        ("all-reduce", "ring", False),
+        ("all-reduce", "direct", True),
+        ("reduce", "push", False),
+        ("all-gather", "ring", True),
+        ("scatter", "direct", False),
+    ],
+)
 def test_json_round_trip(name, strategy, inplace):
     _, p = _program(name, strategy, ranks=5, count=300, root=2, inplace=inplace)
     assert Program.from_dict(p.to_dict()) == p
@@ -310,10 +333,15 @@ def test_programs_beyond_the_step_limit_are_refused(monkeypatch):
 
     inst = instantiate(load_builtin("all-reduce"), 8, 4096, 4)
     program = derive_program(inst, "push", "float32", params={"slice_bytes": 1024})
-    data_steps = sum(1 for r in program.lists for c in r for s in c if not (isinstance(s, Notify) and s.role in ("ready", "done")))
+    data_steps = sum(
+        1 for r in program.lists for c in r for s in c if not (isinstance(s, Notify) and s.role in ("ready", "done"))
+    )
     monkeypatch.setattr(derive, "MAX_STEPS", 100)
     derive._CACHE.clear()
-    with pytest.raises(ProgramError, match=r"push would take \d+ steps for all-reduce of 4096 elements \(at most 100\); use larger slices"):
+    with pytest.raises(
+        ProgramError,
+        match=r"push would take \d+ steps for all-reduce of 4096 elements \(at most 100\); use larger slices",
+    ):
         derive_program(inst, "push", "float32", params={"slice_bytes": 1024})
     assert data_steps > 100
     assert derive_program(inst, "two-shot", "float32").strategy == "two-shot"
@@ -327,7 +355,9 @@ def test_validation_time_grows_linearly_with_program_size():
     from purlin_bench.strategies.derive import _build
 
     inst = instantiate(load_builtin("all-reduce"), 8, 64 << 20, 2)
-    program = _build(inst, "push", {"channels": 4, "slice_bytes": 256 << 10}, "bfloat16", "sum", inplace=False, reroute=False)
+    program = _build(
+        inst, "push", {"channels": 4, "slice_bytes": 256 << 10}, "bfloat16", "sum", inplace=False, reroute=False
+    )
     assert sum(len(s) for r in program.lists for s in r) > 60_000
     start = time.perf_counter()
     validate(program, inst)

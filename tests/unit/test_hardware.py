@@ -63,7 +63,13 @@ def _fake_cupy(peer: bool = True, fail: bool = False) -> types.ModuleType:
         def getDeviceProperties(device):
             if fail:
                 raise RuntimeError("cudaErrorNoDevice")
-            return {"name": b"NVIDIA H200", "major": 9, "minor": 0, "multiProcessorCount": 132, "totalGlobalMem": 150_000_000_000}
+            return {
+                "name": b"NVIDIA H200",
+                "major": 9,
+                "minor": 0,
+                "multiProcessorCount": 132,
+                "totalGlobalMem": 150_000_000_000,
+            }
 
         @staticmethod
         def driverGetVersion():

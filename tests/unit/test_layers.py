@@ -75,12 +75,20 @@ def test_only_the_backends_name_a_backend():
     """The issue's own check: a backend's name in quotes appears only in its
     folder and the registry (purlin_bench/backends/)."""
     quoted = re.compile(r"""['"](numpy|cupy|fake)['"]""")
-    hits = [f"{path.relative_to(PACKAGE)}:{n}" for module, path in modules() if layer_of(module) != "backends" for n, line in enumerate(path.read_text().splitlines(), 1) if quoted.search(line)]
+    hits = [
+        f"{path.relative_to(PACKAGE)}:{n}"
+        for module, path in modules()
+        if layer_of(module) != "backends"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if quoted.search(line)
+    ]
     assert not hits, hits
 
 
 def test_no_module_is_over_500_lines():
-    long = {str(path.relative_to(PACKAGE)): n for _, path in modules() if (n := len(path.read_text().splitlines())) > 500}
+    long = {
+        str(path.relative_to(PACKAGE)): n for _, path in modules() if (n := len(path.read_text().splitlines())) > 500
+    }
     assert not long, long
 
 
@@ -146,9 +154,14 @@ def test_nothing_in_the_product_imports_the_lab(tree):
     lab = _lab_modules()
     hits = []
     for path in sorted((ROOT / tree).rglob("*.py")):
-        hits += [f"{path.relative_to(ROOT)} imports {name}" for name in sorted(_imports(path)) if name.split(".")[0] in lab]
+        hits += [
+            f"{path.relative_to(ROOT)} imports {name}" for name in sorted(_imports(path)) if name.split(".")[0] in lab
+        ]
         text = path.read_text()
-        hits += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in re.finditer(r"sys\.path\.\w+\(.*\b(lab|scripts)\b.*", text)]
+        hits += [
+            f"{path.relative_to(ROOT)}: {m.group(0)}"
+            for m in re.finditer(r"sys\.path\.\w+\(.*\b(lab|scripts)\b.*", text)
+        ]
     assert not hits, hits
 
 
@@ -161,7 +174,10 @@ def named_paths() -> list[tuple[str, str]]:
     out = []
     for _, path in modules():
         for n, line in enumerate(path.read_text().splitlines(), 1):
-            out += [(f"purlin_bench/{path.relative_to(PACKAGE)}:{n}", m.group(1).rstrip(".,:;")) for m in REPO_PATH.finditer(line)]
+            out += [
+                (f"purlin_bench/{path.relative_to(PACKAGE)}:{n}", m.group(1).rstrip(".,:;"))
+                for m in REPO_PATH.finditer(line)
+            ]
     return out
 
 
@@ -171,7 +187,10 @@ def _exists(named: str) -> bool:
 
 def test_the_path_check_sees_paths_and_globs():
     assert _exists("atoms/*.cu") and _exists("docs/plan.schema.json") and not _exists("docs/nothing-here.md")
-    assert REPO_PATH.findall("see docs/perf/issue16/build-time.log, and atoms/snac.cu.") == ["docs/perf/issue16/build-time.log", "atoms/snac.cu."]
+    assert REPO_PATH.findall("see docs/perf/issue16/build-time.log, and atoms/snac.cu.") == [
+        "docs/perf/issue16/build-time.log",
+        "atoms/snac.cu.",
+    ]
 
 
 def test_every_path_the_package_names_exists_and_is_not_the_lab():
@@ -199,7 +218,9 @@ def test_every_package_relative_path_the_package_names_exists():
 
 # --- The README's picture of the package, generated from the tree -----------------
 
-LAYOUT_BEGIN = "<!-- layers: generated from the tree by tests/unit/test_layers.py (PURLIN_UPDATE_GOLDEN=1 rewrites it) -->"
+LAYOUT_BEGIN = (
+    "<!-- layers: generated from the tree by tests/unit/test_layers.py (PURLIN_UPDATE_GOLDEN=1 rewrites it) -->"
+)
 LAYOUT_END = "<!-- /layers -->"
 
 
@@ -207,7 +228,9 @@ def _summary(path: Path) -> str:
     """The first line of a module's docstring: what the folder or file is."""
     doc = ast.get_docstring(ast.parse(path.read_text())) or ""
     line = doc.strip().splitlines()[0] if doc.strip() else ""
-    assert line and len(line) <= 100, f"{path.relative_to(ROOT)}: its docstring's first line says what it is, in 100 characters"
+    assert line and len(line) <= 100, (
+        f"{path.relative_to(ROOT)}: its docstring's first line says what it is, in 100 characters"
+    )
     return line
 
 

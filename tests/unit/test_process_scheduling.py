@@ -166,15 +166,19 @@ def test_a_failed_call_makes_every_later_call_of_the_communicator_raise():
     comm = Communicator.__new__(Communicator)
     comm._closed, comm._failure, comm.rank = False, None, 1
     comm.backend = SimpleNamespace(faulted=lambda: faulted[0])
-    comm._prepared = {"a": SimpleNamespace(ncounts=0, runner=SimpleNamespace(failure=lambda: None)),
-                      "b": SimpleNamespace(ncounts=0, runner=SimpleNamespace(failure=lambda: said))}
+    comm._prepared = {
+        "a": SimpleNamespace(ncounts=0, runner=SimpleNamespace(failure=lambda: None)),
+        "b": SimpleNamespace(ncounts=0, runner=SimpleNamespace(failure=lambda: said)),
+    }
     comm._raise_if_failed()  # nothing recorded: nothing raised, nothing read past the summary word
     mine = comm._prepared.pop("b")
     faulted[0] = True  # another communicator of this process failed: not this one's to raise
     comm._raise_if_failed()
     comm._prepared["b"] = mine
     for _ in range(2):
-        with pytest.raises(WatchdogTimeout, match=r"rank 1: an earlier call failed \(watchdog: rank 3 channel 0 step 8"):
+        with pytest.raises(
+            WatchdogTimeout, match=r"rank 1: an earlier call failed \(watchdog: rank 3 channel 0 step 8"
+        ):
             comm.all_reduce(object())
     faulted[0] = False  # a reset elsewhere does not make this communicator's peers consistent again
     with pytest.raises(WatchdogTimeout, match="cannot run more calls: make a new one"):
@@ -198,8 +202,11 @@ def test_a_count_out_of_range_is_raised_once_and_the_communicator_goes_on():
     comm = Communicator.__new__(Communicator)
     comm._closed, comm._failure, comm.rank = False, None, 0
     comm.backend = SimpleNamespace(faulted=lambda: bool(recorded))
-    comm._prepared = {"v": SimpleNamespace(ncounts=16, runner=SimpleNamespace(
-        raise_counts_error=raise_counts_error, failure=lambda: None))}
+    comm._prepared = {
+        "v": SimpleNamespace(
+            ncounts=16, runner=SimpleNamespace(raise_counts_error=raise_counts_error, failure=lambda: None)
+        )
+    }
     with pytest.raises(CountsError, match="was 999 in device memory"):
         comm._raise_if_failed()
     comm._raise_if_failed()  # forgotten once raised: not latched, as a timeout is
@@ -215,11 +222,27 @@ def test_mps_flag_serves_the_ranks_the_launcher_starts_and_stops_after(fake_cont
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = {**os.environ, "PATH": f"{fake_control.parent}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": root}
     env.pop("CUDA_MPS_PIPE_DIRECTORY", None)
-    cmd = [sys.executable, "-m", "purlin_bench", "check", "all-gather", "--procs", "2", "--mps", "--backend", "numpy",
-           "--count", "5", "--strategy", "direct"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "purlin_bench",
+        "check",
+        "all-gather",
+        "--procs",
+        "2",
+        "--mps",
+        "--backend",
+        "numpy",
+        "--count",
+        "5",
+        "--strategy",
+        "direct",
+    ]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=50, cwd=root)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert (tmp_path / "log").read_text() == "quit\n"
     assert "Traceback" not in done.stderr
-    refused = subprocess.run(cmd[:4] + ["--mps", "--backend", "numpy"], env=env, capture_output=True, text=True, timeout=30)
+    refused = subprocess.run(
+        cmd[:4] + ["--mps", "--backend", "numpy"], env=env, capture_output=True, text=True, timeout=30
+    )
     assert refused.returncode != 0 and "--mps runs the ranks of --procs" in refused.stderr

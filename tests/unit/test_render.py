@@ -54,11 +54,17 @@ def test_rich_renders_every_list():
     buffer = io.StringIO()
     Console(file=buffer, width=200).print(render_rich(p))
     text = buffer.getvalue()
-    assert text.splitlines()[0] == "reduce-scatter / ring, 3 ranks, count 64 float32, reduce sum, out of place, channels=2 slice_bytes=64"
+    assert (
+        text.splitlines()[0]
+        == "reduce-scatter / ring, 3 ranks, count 64 float32, reduce sum, out of place, channels=2 slice_bytes=64"
+    )
     for rank in range(3):
         for channel in range(2):
             assert f"rank {rank} / channel {channel} ({len(p.lists[rank][channel])} steps)" in text
     assert f"steps: {p.step_count()}" in text
     # one table row per step: a row opens with its step number and its kind
     cells = [[c for c in line.split() if c != "│"] for line in text.splitlines()]
-    assert sum(1 for c in cells if len(c) > 1 and c[0].isdigit() and c[1] in ("Stage", "Notify", "Consume")) == p.step_count()
+    assert (
+        sum(1 for c in cells if len(c) > 1 and c[0].isdigit() and c[1] in ("Stage", "Notify", "Consume"))
+        == p.step_count()
+    )

@@ -80,7 +80,7 @@ def test_refused_with_one_line_naming_the_field(text, why):
     message = str(info.value)
     assert isinstance(info.value, PurlinError)
     assert message.startswith("--slice-bytes: ") and why in message and "\n" not in message
-    assert info.value.why == message[len("--slice-bytes: "):]
+    assert info.value.why == message[len("--slice-bytes: ") :]
 
 
 def test_the_bound_is_named_in_the_error():
@@ -88,7 +88,20 @@ def test_the_bound_is_named_in_the_error():
         parse_bytes("2000000T", "--maxbytes")
 
 
-@pytest.mark.parametrize(("nbytes", "text"), [(0, "0"), (8, "8"), (1000, "1000"), (64 * K, "64K"), (3 * M // 2, "1536K"), (M, "1M"), (3 * G, "3G"), (5 * T, "5T"), (T + 1, str(T + 1))])
+@pytest.mark.parametrize(
+    ("nbytes", "text"),
+    [
+        (0, "0"),
+        (8, "8"),
+        (1000, "1000"),
+        (64 * K, "64K"),
+        (3 * M // 2, "1536K"),
+        (M, "1M"),
+        (3 * G, "3G"),
+        (5 * T, "5T"),
+        (T + 1, str(T + 1)),
+    ],
+)
 def test_format_is_exact_and_round_trips(nbytes, text):
     assert format_bytes(nbytes) == text
     assert parse_bytes(format_bytes(nbytes), "x") == nbytes

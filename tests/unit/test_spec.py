@@ -166,7 +166,10 @@ def test_buffer_count_smaller_than_the_ranks_leaves_trailing_chunks_empty():
     assert all(np.array_equal(o, np.full(5, 36.0)) for o in inst.reference(x))
 
 
-@pytest.mark.parametrize(("name", "ranks", "offsets"), [("all-gather", 4, (0, 3, 6, 9)), ("reduce-scatter", 4, (0, 3, 6, 9)), ("all-reduce", 4, (0, 0, 0, 0))])
+@pytest.mark.parametrize(
+    ("name", "ranks", "offsets"),
+    [("all-gather", 4, (0, 3, 6, 9)), ("reduce-scatter", 4, (0, 3, 6, 9)), ("all-reduce", 4, (0, 0, 0, 0))],
+)
 def test_inplace_offsets_follow_nccl_tests(name, ranks, offsets):
     assert instantiate(load_builtin(name), ranks, 3, 4).inplace_offsets() == offsets
 
@@ -176,7 +179,10 @@ def test_all_to_all_cannot_run_in_place():
         instantiate(load_builtin("all-to-all"), 3, 4, 4).inplace_offsets()
 
 
-@pytest.mark.parametrize(("ranks", "count", "root", "fragment"), [(0, 4, 0, "ranks must be a positive"), (2, -1, 0, "count must be"), (2, 4, 2, "root 2 is out of range")])
+@pytest.mark.parametrize(
+    ("ranks", "count", "root", "fragment"),
+    [(0, 4, 0, "ranks must be a positive"), (2, -1, 0, "count must be"), (2, 4, 2, "root 2 is out of range")],
+)
 def test_instantiate_rejects_bad_arguments(ranks, count, root, fragment):
     with pytest.raises(SpecError, match=fragment):
         instantiate(load_builtin("reduce"), ranks, count, 4, root)
@@ -214,22 +220,58 @@ BAD = {
     "not a mapping": ("- 1\n- 2\n", "top level: a spec is a mapping"),
     "missing field": ("name: t\nop: copy\ninput: [c]\n", ": output: missing"),
     "unknown top-level key": (GOOD + "colour: red\n", "top level: unknown key(s) ['colour']"),
-    "unknown entry key": ("name: t\nop: copy\ninput:\n  - chunk: c\n    where: r == 0\noutput: [c]\n", "input[0]: unknown key(s) ['where']"),
+    "unknown entry key": (
+        "name: t\nop: copy\ninput:\n  - chunk: c\n    where: r == 0\noutput: [c]\n",
+        "input[0]: unknown key(s) ['where']",
+    ),
     "bad op": ("name: t\nop: move\ninput: [c]\noutput: [c]\n", ": op: expected one of copy, reduce"),
     "bad reduction": (GOOD + "reduce: avg\n", ": reduce: expected one of sum, prod, max, min"),
-    "reduction on a copy": ("name: t\nop: copy\nreduce: sum\ninput: [c]\noutput: [c]\n", ": reduce: only a reduce collective"),
+    "reduction on a copy": (
+        "name: t\nop: copy\nreduce: sum\ninput: [c]\noutput: [c]\n",
+        ": reduce: only a reduce collective",
+    ),
     "bad count mode": (GOOD + "count: bytes\n", ": count: expected one of buffer, chunk"),
     "bad name": ("name: 'a b'\nop: copy\ninput: [c]\noutput: [c]\n", ": name: expected a name"),
-    "bad template syntax": ("name: t\nop: copy\ninput:\n  - chunk: c(r +)\noutput:\n  - chunk: c(r)\n", "input[0].chunk: cannot parse 'r +'"),
-    "bad chunk template": ("name: t\nop: copy\ninput:\n  - chunk: 3c\noutput: [c]\n", "input[0].chunk: expected NAME or NAME(index, ...)"),
-    "bad loop": ("name: t\nop: copy\ninput:\n  - chunk: c(i)\n    for: i from 0 to R\noutput: [c]\n", "input[0].for[0]: expected 'VAR in range(STOP)'"),
-    "loop shadows a name": ("name: t\nop: copy\ninput:\n  - chunk: c(r)\n    for: r in range(R)\noutput: [c]\n", "input[0].for[0]: loop variable 'r' shadows"),
-    "unknown name in template": ("name: t\nop: copy\ninput:\n  - chunk: c(k)\noutput:\n  - chunk: c(r)\n", "input[0].chunk: unknown name 'k'"),
-    "unknown name in when": ("name: t\nop: copy\ninput:\n  - chunk: c\n    when: r == leader\noutput: [c]\n", "input[0].when: unknown name 'leader'"),
-    "attribute access": ("name: t\nop: copy\ninput:\n  - chunk: c(r.real)\noutput:\n  - chunk: c(r)\n", "input[0].chunk: 'r.real' is not allowed"),
-    "division by zero in an index": ("name: t\nop: copy\ninput:\n  - chunk: c(r)\noutput:\n  - chunk: c(r // (R - R))\n", "output[0]: division by zero in 'r // (R - R)'"),
-    "output chunk with no source": ("name: t\nop: copy\ninput:\n  - chunk: c(r)\noutput:\n  - chunk: c(r + 1)\n", ": output: chunk c(1) of rank 0 has no source"),
-    "copy with two sources": ("name: t\nop: copy\ninput:\n  - chunk: c\noutput:\n  - chunk: c\n", ": input: copy chunk c has 2 sources"),
+    "bad template syntax": (
+        "name: t\nop: copy\ninput:\n  - chunk: c(r +)\noutput:\n  - chunk: c(r)\n",
+        "input[0].chunk: cannot parse 'r +'",
+    ),
+    "bad chunk template": (
+        "name: t\nop: copy\ninput:\n  - chunk: 3c\noutput: [c]\n",
+        "input[0].chunk: expected NAME or NAME(index, ...)",
+    ),
+    "bad loop": (
+        "name: t\nop: copy\ninput:\n  - chunk: c(i)\n    for: i from 0 to R\noutput: [c]\n",
+        "input[0].for[0]: expected 'VAR in range(STOP)'",
+    ),
+    "loop shadows a name": (
+        "name: t\nop: copy\ninput:\n  - chunk: c(r)\n    for: r in range(R)\noutput: [c]\n",
+        "input[0].for[0]: loop variable 'r' shadows",
+    ),
+    "unknown name in template": (
+        "name: t\nop: copy\ninput:\n  - chunk: c(k)\noutput:\n  - chunk: c(r)\n",
+        "input[0].chunk: unknown name 'k'",
+    ),
+    "unknown name in when": (
+        "name: t\nop: copy\ninput:\n  - chunk: c\n    when: r == leader\noutput: [c]\n",
+        "input[0].when: unknown name 'leader'",
+    ),
+    "attribute access": (
+        "name: t\nop: copy\ninput:\n  - chunk: c(r.real)\noutput:\n  - chunk: c(r)\n",
+        "input[0].chunk: 'r.real' is not allowed",
+    ),
+    "division by zero in an index": (
+        "name: t\nop: copy\ninput:\n  - chunk: c(r)\noutput:\n  - chunk: c(r // (R - R))\n",
+        "output[0]: division by zero in 'r // (R - R)'",
+    ),
+    "output chunk with no source": (
+        "name: t\nop: copy\ninput:\n  - chunk: c(r)\noutput:\n  - chunk: c(r + 1)\n",
+        ": output: chunk c(1) of rank 0 has no source",
+    ),
+    "copy with two sources": (
+        "name: t\nop: copy\ninput:\n  - chunk: c\noutput:\n  - chunk: c\n",
+        ": input: copy chunk c has 2 sources",
+    ),
     "bad requires": (GOOD + "requires: R %% 0 == 0\n".replace("%%", "%"), ": requires: division by zero"),
     "bad bench size": (GOOD + "bench: {size: count * r}\n", "bench.size: unknown name 'r'"),
     "bench with unknown key": (GOOD + "bench: {size: count, speed: 1}\n", ": bench: expected a mapping"),
@@ -252,10 +294,13 @@ def test_bad_spec_names_file_and_field(case, tmp_path):
 def test_good_template_of_the_bad_cases_loads(tmp_path):
     # Guards the table above: its failures come from the edits, not from GOOD.
     path = tmp_path / "good.yaml"
-    path.write_text(GOOD + textwrap.dedent("""\
+    path.write_text(
+        GOOD
+        + textwrap.dedent("""\
         requires: R >= 1
         bench: {size: count, busbw: "2 * (R - 1) / R"}
-    """))
+    """)
+    )
     assert load_spec_file(path).op == "reduce"
 
 
@@ -281,7 +326,11 @@ def test_an_instance_pickles_to_the_same_semantics(path):
     baseline's command): a spec's expressions travel as their text."""
     import pickle
 
-    specs = [load_builtin(n) for n in BUILTINS] if path is None else [resolve(str(Path(__file__).resolve().parents[2] / path))]
+    specs = (
+        [load_builtin(n) for n in BUILTINS]
+        if path is None
+        else [resolve(str(Path(__file__).resolve().parents[2] / path))]
+    )
     for spec in specs:
         inst = instantiate(spec, 4, 33, 4, root=1) if spec.rooted else instantiate(spec, 4, 33, 4)
         back = pickle.loads(pickle.dumps(inst))

@@ -23,17 +23,25 @@ def of_array(idx: np.ndarray) -> IndexMap:
     """An IndexMap of a dense (sources, total) map: a run per element."""
     idx = np.atleast_2d(idx)
     e = np.arange(idx.shape[1], dtype=np.int64)
-    return IndexMap(idx.shape[0], idx.shape[1], tuple(np.stack([e, row.astype(np.int64), np.ones_like(e)], axis=1) for row in idx))
+    return IndexMap(
+        idx.shape[0], idx.shape[1], tuple(np.stack([e, row.astype(np.int64), np.ones_like(e)], axis=1) for row in idx)
+    )
 
 
 def dense_affine(idx: np.ndarray, shape: tuple[int, ...]):
     """The affine test done element by element (what the runs must agree with)."""
     grid = idx.reshape(shape)
     base = int(grid.flat[0])
-    strides = [0 if n == 1 else int(grid[tuple(1 if k == a else 0 for k in range(len(shape)))]) - base for a, n in enumerate(shape)]
+    strides = [
+        0 if n == 1 else int(grid[tuple(1 if k == a else 0 for k in range(len(shape)))]) - base
+        for a, n in enumerate(shape)
+    ]
     if any(st < 0 for st in strides):
         return None
-    expect = base + sum(np.arange(n).reshape([-1 if k == a else 1 for k in range(len(shape))]) * st for a, (n, st) in enumerate(zip(shape, strides)))
+    expect = base + sum(
+        np.arange(n).reshape([-1 if k == a else 1 for k in range(len(shape))]) * st
+        for a, (n, st) in enumerate(zip(shape, strides))
+    )
     return (base, tuple(strides)) if np.array_equal(grid, expect) else None
 
 
@@ -61,10 +69,19 @@ def test_the_index_map_computes_the_reference(spec, ranks):
             assert np.array_equal(np.broadcast_to(np.expand_dims(view.sum(0), axis), full).reshape(-1), want)
 
 
-@pytest.mark.parametrize(("name", "kernels", "kind"), [
-    ("all-gather", 1, "view"), ("broadcast", 1, "view"), ("all-to-all", 1, "view"), ("gather", 1, "view"), ("scatter", 1, "view"),
-    ("reduce-scatter", 1, "reduce-view"), ("reduce", 1, "reduce-view"), ("all-reduce", 2, "reduce-expand"),
-])
+@pytest.mark.parametrize(
+    ("name", "kernels", "kind"),
+    [
+        ("all-gather", 1, "view"),
+        ("broadcast", 1, "view"),
+        ("all-to-all", 1, "view"),
+        ("gather", 1, "view"),
+        ("scatter", 1, "view"),
+        ("reduce-scatter", 1, "reduce-view"),
+        ("reduce", 1, "reduce-view"),
+        ("all-reduce", 2, "reduce-expand"),
+    ],
+)
 def test_every_builtin_takes_the_fewest_kernels_its_layout_allows(name, kernels, kind):
     for ranks in (2, 8):
         spec = load_builtin(name)
@@ -96,7 +113,9 @@ def test_the_runs_answer_as_the_dense_map_does(spec, ranks, count):
     shapes += [(ranks, ranks, imap.total // ranks**2)] if imap.total % ranks**2 == 0 else []
     for shape in shapes:
         assert affine(imap, shape) == dense_affine(idx[0], shape), shape
-        assert affine(imap, (imap.sources, *shape), over_sources=True) == dense_affine(idx, (imap.sources, *shape)), shape
+        assert affine(imap, (imap.sources, *shape), over_sources=True) == dense_affine(idx, (imap.sources, *shape)), (
+            shape
+        )
 
 
 def test_a_256_mib_bfloat16_all_reduce_plans_without_a_dense_map():
@@ -121,6 +140,11 @@ def run(*rows) -> np.ndarray:
 
 def test_an_index_map_refuses_runs_that_do_not_tile_its_outputs():
     assert IndexMap(1, 4, (run((0, 5, 2), (2, 0, 2)),)).values(0, np.arange(4)).tolist() == [5, 6, 0, 1]
-    for bad in (run((0, 0, 2), (2, 9, 0), (2, 2, 2)), run((0, 0, 2), (3, 0, 1)), run((0, 0, 2), (1, 0, 3)), run((0, 0, 3))):
+    for bad in (
+        run((0, 0, 2), (2, 9, 0), (2, 2, 2)),
+        run((0, 0, 2), (3, 0, 1)),
+        run((0, 0, 2), (1, 0, 3)),
+        run((0, 0, 3)),
+    ):
         with pytest.raises(ValueError, match="tile"):
             IndexMap(1, 4, (bad,))

@@ -52,6 +52,8 @@ def test_the_gloo_rendezvous_is_bounded_by_the_watchdog_not_the_command_timeout(
     monkeypatch.setitem(sys.modules, "torch.distributed", fake)
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     rank_env = SimpleNamespace(rank=1)
-    with pytest.raises(DistError, match=r"rank 1: torch.distributed could not start its gloo group \(rendezvous failed\)"):
+    with pytest.raises(
+        DistError, match=r"rank 1: torch.distributed could not start its gloo group \(rendezvous failed\)"
+    ):
         env_mod._connect_torchrun(rank_env, timeout_s=600.0, silence_s=2.0)
     assert asked["s"] == 2.0 + env_mod.STARTUP_S

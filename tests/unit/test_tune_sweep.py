@@ -10,7 +10,15 @@ import yaml
 
 from purlin_bench.base.config import RunConfig
 from purlin_bench.tools.tune.space import Condition, ParamSpace, Space
-from purlin_bench.tools.tune.sweep import Bucket, SweepError, buckets_from_sizes, builtin_sweep_paths, load_sweep_file, parse_sweep, resolve_sweep
+from purlin_bench.tools.tune.sweep import (
+    Bucket,
+    SweepError,
+    buckets_from_sizes,
+    builtin_sweep_paths,
+    load_sweep_file,
+    parse_sweep,
+    resolve_sweep,
+)
 
 GOOD = {
     "name": "t",
@@ -94,7 +102,17 @@ def test_sizes_override_and_cap():
 
 
 def test_sweep_files_read_sizes_with_the_cli_grammar():
-    raw = {**GOOD, "sizes": [8, "64kib", "1.5M", "2T"], "space": {**GOOD["space"], "params": {"slice_bytes": {"values": [0, "0.5K", "1MB"], "when": {"strategy": "ring"}}, "channels": {"values": [1], "when": {"slice_bytes": "512B"}}}}}
+    raw = {
+        **GOOD,
+        "sizes": [8, "64kib", "1.5M", "2T"],
+        "space": {
+            **GOOD["space"],
+            "params": {
+                "slice_bytes": {"values": [0, "0.5K", "1MB"], "when": {"strategy": "ring"}},
+                "channels": {"values": [1], "when": {"slice_bytes": "512B"}},
+            },
+        },
+    }
     sweep = parse_sweep(raw, "t")
     assert [b.min_bytes for b in sweep.buckets] == [8, 65536, 3 << 19, 2 << 40]
     assert sweep.space.params[0].values == (0, 512, 1 << 20)
@@ -104,7 +122,9 @@ def test_sweep_files_read_sizes_with_the_cli_grammar():
 def test_define_by_run_follows_conditions():
     space = parse_sweep(GOOD, "t").space
     ring_sm = FakeTrial({"strategy": "ring", "channels": 2, "slice_bytes": 65536, "datapath": "sm", "blocks": 4})
-    assert space.suggest(ring_sm, {}) == RunConfig.make("ring", {"channels": 2, "slice_bytes": 65536}, {"datapath": "sm", "blocks": 4})
+    assert space.suggest(ring_sm, {}) == RunConfig.make(
+        "ring", {"channels": 2, "slice_bytes": 65536}, {"datapath": "sm", "blocks": 4}
+    )
     direct_ce = FakeTrial({"strategy": "direct", "datapath": "ce"})
     config = space.suggest(direct_ce, {})
     assert "slice_bytes" not in direct_ce.params and "blocks" not in direct_ce.params
@@ -138,26 +158,54 @@ BAD = [
     ("absurd size", {**GOOD, "sizes": [8, "2000000T"]}, "sizes[1]: '2000000T' is above the largest size"),
     ("negative size", {**GOOD, "sizes": [-8]}, "sizes[0]: must not be negative"),
     ("negative slice", with_space(slice_bytes=["-4K"]), "space.params.slice_bytes.values[0]: must not be negative"),
-    ("bad size in a condition", with_space(slice_bytes=[0, "4K"], channels={"values": [1], "when": {"slice_bytes": "4Q"}}), "space.params.channels.when.slice_bytes: expected a size like"),
+    (
+        "bad size in a condition",
+        with_space(slice_bytes=[0, "4K"], channels={"values": [1], "when": {"slice_bytes": "4Q"}}),
+        "space.params.channels.when.slice_bytes: expected a size like",
+    ),
     ("sizes not increasing", {**GOOD, "sizes": [64, 8]}, "must increase strictly"),
     ("unknown dtype", {**GOOD, "dtypes": ["float8"]}, "dtypes[0]: unknown dtype 'float8'"),
     ("bad ranks", {**GOOD, "ranks": [0]}, "ranks[0]"),
     ("bad trials", {**GOOD, "trials": "many"}, "trials: expected a whole number"),
     ("missing space", {k: v for k, v in GOOD.items() if k != "space"}, "space: missing"),
     ("empty strategies", {**GOOD, "space": {"strategy": [], "params": {}}}, "space.strategy: empty space"),
-    ("unknown strategy", {**GOOD, "space": {"strategy": ["teleport"]}}, "space.strategy[0]: unknown strategy 'teleport'"),
+    (
+        "unknown strategy",
+        {**GOOD, "space": {"strategy": ["teleport"]}},
+        "space.strategy[0]: unknown strategy 'teleport'",
+    ),
     ("unknown parameter", with_space(warp=[1, 2]), "space.params.warp: unknown parameter 'warp'"),
     ("empty values", with_space(channels={"values": []}), "space.params.channels.values: empty space"),
     ("empty list", with_space(channels=[]), "space.params.channels: empty space"),
     ("no values at all", with_space(channels=None), "space.params.channels: empty space"),
-    ("bad plan value", with_space(channels=[0]), "space.params.channels.values[0]: channels must be a whole number >= 1"),
-    ("bad datapath value", with_space(datapath=["gpu"]), "space.params.datapath.values[0]: datapath must be one of sm, ce"),
+    (
+        "bad plan value",
+        with_space(channels=[0]),
+        "space.params.channels.values[0]: channels must be a whole number >= 1",
+    ),
+    (
+        "bad datapath value",
+        with_space(datapath=["gpu"]),
+        "space.params.datapath.values[0]: datapath must be one of sm, ce",
+    ),
     ("datapath out of range", with_space(blocks=[99]), "space.params.blocks.values[0]"),
     ("duplicate values", with_space(channels=[1, 1]), "lists a value twice"),
     ("unknown param key", with_space(channels={"values": [1], "if": {}}), "unknown key(s) if"),
-    ("condition on a later name", with_space(blocks={"values": [4], "when": {"datapath": "sm"}}, datapath=["sm"]), "unknown name 'datapath'"),
-    ("condition value not a choice", with_space(datapath=["sm"], blocks={"values": [4], "when": {"datapath": "smm"}}), "'smm' is not one of datapath's values"),
-    ("condition on unknown strategy", with_space(channels={"values": [1], "when": {"strategy": "teleport"}}), "'teleport' is not one of strategy's values"),
+    (
+        "condition on a later name",
+        with_space(blocks={"values": [4], "when": {"datapath": "sm"}}, datapath=["sm"]),
+        "unknown name 'datapath'",
+    ),
+    (
+        "condition value not a choice",
+        with_space(datapath=["sm"], blocks={"values": [4], "when": {"datapath": "smm"}}),
+        "'smm' is not one of datapath's values",
+    ),
+    (
+        "condition on unknown strategy",
+        with_space(channels={"values": [1], "when": {"strategy": "teleport"}}),
+        "'teleport' is not one of strategy's values",
+    ),
     ("condition not a mapping", with_space(channels={"values": [1], "when": "datapath == sm"}), "expected a mapping"),
 ]
 

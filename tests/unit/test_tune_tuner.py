@@ -20,7 +20,18 @@ from purlin_bench.base.errors import ExecutionError, ProgramError, PurlinError
 from purlin_bench.tools.tune.effective import effective_config
 from purlin_bench.tools.tune.storage import open_storage
 from purlin_bench.tools.tune.sweep import Bucket, parse_sweep
-from purlin_bench.tools.tune.tuner import ATTR_CONFIG, ATTR_DUPLICATE, ATTR_FAILURE, ATTR_FIXED, ATTR_ROLE, ATTR_WORKER, StudySpec, TuneSettings, count_finished, run_study
+from purlin_bench.tools.tune.tuner import (
+    ATTR_CONFIG,
+    ATTR_DUPLICATE,
+    ATTR_FAILURE,
+    ATTR_FIXED,
+    ATTR_ROLE,
+    ATTR_WORKER,
+    StudySpec,
+    TuneSettings,
+    count_finished,
+    run_study,
+)
 
 SPACE = parse_sweep(
     {
@@ -116,7 +127,9 @@ def test_default_and_previous_winner_are_enqueued_first(storage):
     fakes = Fakes()
     default = RunConfig.make("two-shot", {"channels": 1, "slice_bytes": 0})
     previous = RunConfig.make("ring", {"channels": 2})
-    out = run_study(spec(default=default, previous=previous), fakes.measure, fakes.check, storage, TuneSettings(trials=6, seed=3))
+    out = run_study(
+        spec(default=default, previous=previous), fakes.measure, fakes.check, storage, TuneSettings(trials=6, seed=3)
+    )
     trials = sorted(trials_of(storage), key=lambda t: t.number)
     assert trials[0].user_attrs[ATTR_ROLE] == "default"
     assert {k: trials[0].params[k] for k in ("strategy", "channels")} == {"strategy": "two-shot", "channels": 1}
@@ -125,7 +138,9 @@ def test_default_and_previous_winner_are_enqueued_first(storage):
     assert fakes.measured[:2] == [NUMPY_LIKE(default), NUMPY_LIKE(previous)]
     assert out.default.number == 0 and out.default.time_us == pytest.approx(20.1)
     # Resuming does not enqueue them again.
-    run_study(spec(default=default, previous=previous), fakes.measure, fakes.check, storage, TuneSettings(trials=9, seed=3))
+    run_study(
+        spec(default=default, previous=previous), fakes.measure, fakes.check, storage, TuneSettings(trials=9, seed=3)
+    )
     roles = [t.user_attrs.get(ATTR_ROLE) for t in trials_of(storage)]
     assert roles.count("default") == 1 and roles.count("previous") == 1
 
@@ -133,7 +148,13 @@ def test_default_and_previous_winner_are_enqueued_first(storage):
 def test_previous_equal_to_default_is_enqueued_once(storage):
     fakes = Fakes()
     default = RunConfig.make("direct", {"channels": 1, "slice_bytes": 0})
-    run_study(spec(default=default, previous=RunConfig.make("direct", {"channels": 1})), fakes.measure, fakes.check, storage, TuneSettings(trials=3, seed=0))
+    run_study(
+        spec(default=default, previous=RunConfig.make("direct", {"channels": 1})),
+        fakes.measure,
+        fakes.check,
+        storage,
+        TuneSettings(trials=3, seed=0),
+    )
     assert [t.user_attrs.get(ATTR_ROLE) for t in trials_of(storage)].count("previous") == 0
 
 
@@ -165,7 +186,13 @@ def test_repeated_configurations_are_not_measured_again(storage):
 def test_datapath_parameters_count_where_the_backend_takes_them(storage):
     fakes = Fakes()
     keep_all = partial(effective_config, exec_params=None)
-    run_study(spec(normalize=keep_all), fakes.measure, fakes.check, storage, TuneSettings(trials=40, sampler="bruteforce", seed=0))
+    run_study(
+        spec(normalize=keep_all),
+        fakes.measure,
+        fakes.check,
+        storage,
+        TuneSettings(trials=40, sampler="bruteforce", seed=0),
+    )
     assert len(set(fakes.measured)) == 4 * 2 * 3  # (sm with 2 block counts) + ce
 
 
@@ -182,7 +209,13 @@ def test_invalid_configurations_are_recorded_not_fatal(storage):
 
 def test_non_finite_measurement_is_rejected(storage):
     fakes = Fakes()
-    out = run_study(spec(space=SPACE.restricted(("direct",))), lambda c, b: math.nan, fakes.check, storage, TuneSettings(trials=2, seed=0))
+    out = run_study(
+        spec(space=SPACE.restricted(("direct",))),
+        lambda c, b: math.nan,
+        fakes.check,
+        storage,
+        TuneSettings(trials=2, seed=0),
+    )
     assert out.best is None and out.failures[0].failure.startswith("measurement is not a positive time")
 
 
@@ -217,7 +250,9 @@ def _orphan(storage, role=None):
     if role is not None:
         orphan.set_user_attr(ATTR_ROLE, role)
         orphan.set_user_attr(ATTR_FIXED, RunConfig.make("ring", {"channels": 2}).to_dict())
-    orphan.set_user_attr(ATTR_CONFIG, NUMPY_LIKE(RunConfig.make("direct", {"channels": 1})).to_dict())  # what the dead run recorded
+    orphan.set_user_attr(
+        ATTR_CONFIG, NUMPY_LIKE(RunConfig.make("direct", {"channels": 1})).to_dict()
+    )  # what the dead run recorded
     storage.record_heartbeat(orphan._trial_id)
     return orphan.number
 
@@ -251,12 +286,17 @@ def test_the_last_slot_waits_for_a_dead_trial_and_runs_its_retry(tmp_path):
     number = _orphan(storage)
     fakes = Fakes()
     start = time.monotonic()
-    out = run_study(spec(), fakes.measure, fakes.check, storage, TuneSettings(trials=3, sampler="random", seed=0, poll_s=0.1))
+    out = run_study(
+        spec(), fakes.measure, fakes.check, storage, TuneSettings(trials=3, sampler="random", seed=0, poll_s=0.1)
+    )
     assert time.monotonic() - start > 2  # it did wait for the grace
     trials = trials_of(storage)
     assert out.finished == 3 and count_finished(trials) == 3
     (retry,) = _retries_of(trials, number)
-    assert retry.state == optuna.trial.TrialState.COMPLETE and retry.params["strategy"] == trials[number].params["strategy"]
+    assert (
+        retry.state == optuna.trial.TrialState.COMPLETE
+        and retry.params["strategy"] == trials[number].params["strategy"]
+    )
     assert not [t for t in trials if t.state in (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.WAITING)]
 
 
@@ -264,7 +304,9 @@ def test_a_trial_recorded_invalid_before_its_worker_died_counts_and_is_not_retri
     storage = open_storage(f"sqlite:///{tmp_path / 'tune.db'}", heartbeat_s=1, grace_s=1)
     number = _orphan(storage)
     study = optuna.load_study(study_name="s", storage=storage)
-    storage.set_trial_user_attr(storage.get_trial_id_from_study_id_trial_number(study._study_id, number), ATTR_FAILURE, "launch refused")
+    storage.set_trial_user_attr(
+        storage.get_trial_id_from_study_id_trial_number(study._study_id, number), ATTR_FAILURE, "launch refused"
+    )
     time.sleep(2.1)
     fakes = Fakes()
     run_study(spec(), fakes.measure, fakes.check, storage, TuneSettings(trials=3, seed=0))
@@ -303,7 +345,20 @@ def test_the_last_slot_goes_to_one_of_two_workers_starting_together(storage):
         return 1.0
 
     outcomes = []
-    threads = [threading.Thread(target=lambda s=s: outcomes.append(run_study(spec(), measure, Fakes().check, storage, TuneSettings(trials=1, sampler="random", seed=s, poll_s=0.02)))) for s in range(2)]
+    threads = [
+        threading.Thread(
+            target=lambda s=s: outcomes.append(
+                run_study(
+                    spec(),
+                    measure,
+                    Fakes().check,
+                    storage,
+                    TuneSettings(trials=1, sampler="random", seed=s, poll_s=0.02),
+                )
+            )
+        )
+        for s in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -316,7 +371,13 @@ def test_the_last_slot_goes_to_one_of_two_workers_starting_together(storage):
 def _process_worker(url: str, seed: int, trials: int, start) -> None:
     fakes = Fakes(delay_s=0.02)
     start.wait(60)  # both imported: a slow start would leave the study to the other
-    run_study(spec(normalize=partial(effective_config, exec_params=None)), fakes.measure, fakes.check, url, TuneSettings(trials=trials, sampler="random", seed=seed, poll_s=0.02))
+    run_study(
+        spec(normalize=partial(effective_config, exec_params=None)),
+        fakes.measure,
+        fakes.check,
+        url,
+        TuneSettings(trials=trials, sampler="random", seed=seed, poll_s=0.02),
+    )
 
 
 @pytest.mark.timeout(120)
@@ -345,7 +406,13 @@ def test_concurrent_workers_finish_exactly_the_asked_trials(storage):
 
     def worker(seed: int) -> None:
         try:
-            run_study(spec(normalize=partial(effective_config, exec_params=None)), fakes.measure, fakes.check, storage, TuneSettings(trials=15, sampler="random", seed=seed, poll_s=0.02))
+            run_study(
+                spec(normalize=partial(effective_config, exec_params=None)),
+                fakes.measure,
+                fakes.check,
+                storage,
+                TuneSettings(trials=15, sampler="random", seed=seed, poll_s=0.02),
+            )
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
@@ -373,7 +440,13 @@ def test_seeded_samplers_are_reproducible():
 
 def test_timeout_stops_a_study(storage):
     fakes = Fakes(delay_s=0.05)
-    out = run_study(spec(normalize=partial(effective_config, exec_params=None)), fakes.measure, fakes.check, storage, TuneSettings(trials=500, sampler="random", seed=0, timeout_s=0.3))
+    out = run_study(
+        spec(normalize=partial(effective_config, exec_params=None)),
+        fakes.measure,
+        fakes.check,
+        storage,
+        TuneSettings(trials=500, sampler="random", seed=0, timeout_s=0.3),
+    )
     assert out.stop == "timeout" and 0 < out.finished < 500
 
 
@@ -414,7 +487,13 @@ class NoisyFirstDraw(Fakes):
 
 
 def _outcome(fakes, default, trials=12):
-    return run_study(spec(default=default), fakes.measure, fakes.check, optuna.storages.InMemoryStorage(), TuneSettings(trials=trials, sampler="bruteforce", seed=1))
+    return run_study(
+        spec(default=default),
+        fakes.measure,
+        fakes.check,
+        optuna.storages.InMemoryStorage(),
+        TuneSettings(trials=trials, sampler="bruteforce", seed=1),
+    )
 
 
 class Finals:

@@ -37,7 +37,9 @@ class LastRunnable:
         return n - 1
 
 
-def build(name: str, strategy: str, ranks: int = 3, count: int = 40, root: int = 0, **params) -> tuple[Instance, Program]:
+def build(
+    name: str, strategy: str, ranks: int = 3, count: int = 40, root: int = 0, **params
+) -> tuple[Instance, Program]:
     inst = instantiate(load_builtin(name), ranks, count, 4, root)
     return inst, derive_program(inst, strategy, "float32", params=params)
 
@@ -74,7 +76,14 @@ def waiter_of(program: Program, flag: FlagRef) -> StepId:
 
 # -- deadlocks ------------------------------------------------------------------
 
-DROP_NOTIFY_CASES = [("all-reduce", "push"), ("all-gather", "ring"), ("reduce-scatter", "two-shot"), ("broadcast", "direct"), ("scatter", "push"), ("gather", "ring")]
+DROP_NOTIFY_CASES = [
+    ("all-reduce", "push"),
+    ("all-gather", "ring"),
+    ("reduce-scatter", "two-shot"),
+    ("broadcast", "direct"),
+    ("scatter", "push"),
+    ("gather", "ring"),
+]
 
 
 @pytest.mark.parametrize(("name", "strategy"), DROP_NOTIFY_CASES)
@@ -100,7 +109,9 @@ def test_a_wait_cycle_deadlocks_and_the_validator_says_so():
     who = {s.flag: sid for sid, s in program.steps() if isinstance(s, Notify)}
 
     def waits_for_data(step: Step) -> bool:
-        return isinstance(step, Consume) and any(program.lists[who[f].rank][who[f].channel][who[f].index].role == "data" for f in step.waits)
+        return isinstance(step, Consume) and any(
+            program.lists[who[f].rank][who[f].channel][who[f].index].role == "data" for f in step.waits
+        )
 
     broken, blocked = program, []
     for rank in range(3):
@@ -112,7 +123,9 @@ def test_a_wait_cycle_deadlocks_and_the_validator_says_so():
             steps.insert(receive, steps.pop(send))
 
         broken = mutate(broken, rank, move)
-        blocked.append(f"rank {rank} channel 0 step {receive - 1} waits on r{rank}.flag")  # the receive, moved up by one
+        blocked.append(
+            f"rank {rank} channel 0 step {receive - 1} waits on r{rank}.flag"
+        )  # the receive, moved up by one
     with pytest.raises(ProgramInvalid, match=f"deadlocks: {re.escape(blocked[0])}"):
         validate(broken, inst)
     with pytest.raises(DeadlockError) as info:
@@ -122,7 +135,14 @@ def test_a_wait_cycle_deadlocks_and_the_validator_says_so():
 
 # -- wrong data -------------------------------------------------------------------
 
-DROP_STAGE_CASES = [("all-reduce", "push"), ("all-reduce", "ring"), ("all-gather", "push"), ("reduce", "ring"), ("broadcast", "push"), ("all-to-all", "ring")]
+DROP_STAGE_CASES = [
+    ("all-reduce", "push"),
+    ("all-reduce", "ring"),
+    ("all-gather", "push"),
+    ("reduce", "ring"),
+    ("broadcast", "push"),
+    ("all-to-all", "ring"),
+]
 
 
 @pytest.mark.parametrize(("name", "strategy"), DROP_STAGE_CASES)
@@ -145,7 +165,11 @@ def test_consume_pointed_at_the_wrong_slice_of_a_reduction():
         steps[i] = Consume(s.waits, s.op, (s.srcs[0], dataclasses.replace(s.srcs[1], offset=32)), s.dsts)
 
     broken = mutate(program, 0, shift)
-    with pytest.raises(ProgramInvalid, match=r"rank 0 output c\(0\) at \[16:32\) ends holding in0\[16...\] \+ in1\[32...\], expected in0\[16...\] \+ in1\[16...\]"):
+    with pytest.raises(
+        ProgramInvalid,
+        match=r"rank 0 output c\(0\) at \[16:32\) ends holding in0\[16...\] \+ in1\[32...\]"
+        r", expected in0\[16...\] \+ in1\[16...\]",
+    ):
         validate(broken, inst)
     assert wrong_count(inst, broken) == 16  # that slice, all of it, and nothing else
 
@@ -160,7 +184,9 @@ def test_consume_pointed_at_the_wrong_rank_of_a_copy():
         steps[i] = Consume(s.waits, s.op, (dataclasses.replace(s.srcs[0], rank=1),), s.dsts)
 
     broken = mutate(program, 0, other_rank)
-    with pytest.raises(ProgramInvalid, match=r"rank 0 output c\(2\) at \[16:24\) ends holding in1\[0...\], expected in2\[0...\]"):
+    with pytest.raises(
+        ProgramInvalid, match=r"rank 0 output c\(2\) at \[16:24\) ends holding in1\[0...\], expected in2\[0...\]"
+    ):
         validate(broken, inst)
     assert wrong_count(inst, broken, calls=1) == 8
 
@@ -177,7 +203,9 @@ def test_write_scratch_twice():
         steps[i] = Stage(s.src, (Ref(1, "scratch", 0, 40),))
 
     broken = mutate(program, 2, same_slot)
-    with pytest.raises(ProgramInvalid, match=r"writes r1.scratch\[0:40\] while rank 0 channel 0 step \d+ may still write it"):
+    with pytest.raises(
+        ProgramInvalid, match=r"writes r1.scratch\[0:40\] while rank 0 channel 0 step \d+ may still write it"
+    ):
         validate(broken, inst)
     assert wrong_count(inst, broken) > 0
 
@@ -208,7 +236,10 @@ def test_swap_so_a_read_precedes_the_notify():
         steps[i], steps[i + 1] = steps[i + 1], steps[i]
 
     broken = mutate(program, 0, swap)
-    with pytest.raises(ProgramInvalid, match=r"reads r2.scratch\[0:40\], written by rank 0 channel 0 step \d+ with no notify between them"):
+    with pytest.raises(
+        ProgramInvalid,
+        match=r"reads r2.scratch\[0:40\], written by rank 0 channel 0 step \d+ with no notify between them",
+    ):
         validate(broken, inst)
     assert wrong_count(inst, broken, adversarial=True) > 0
 

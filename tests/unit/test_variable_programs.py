@@ -55,9 +55,15 @@ def test_every_program_is_proved_symbolically_and_at_each_calls_counts(name, ran
 
 def test_one_program_serves_calls_of_any_counts():
     inst, program = build("all-to-all-v", "ring", 5, 23)
-    assert derive_program(instantiate(load_builtin("all-to-all-v"), 5, 23, 4), "ring", "float32") is program  # cached, count-free
-    shapes = {resolve(r, (0,) * 25, program.count_caps).count for _, s in program.steps() if isinstance(s, Consume)
-              for r in s.srcs}
+    assert (
+        derive_program(instantiate(load_builtin("all-to-all-v"), 5, 23, 4), "ring", "float32") is program
+    )  # cached, count-free
+    shapes = {
+        resolve(r, (0,) * 25, program.count_caps).count
+        for _, s in program.steps()
+        if isinstance(s, Consume)
+        for r in s.srcs
+    }
     assert shapes == {0}  # at zero counts every slice is empty
 
 
@@ -98,10 +104,21 @@ def test_a_value_moved_between_slices_clipped_differently_is_rejected():
     # all-to-all-v's ring carries chunk (0 -> 3) through rank 1's and rank 2's scratch.
     inst, program = build("all-to-all-v", "ring", 4, 16)
     k03, k01 = 3, 1  # c(0, 3) and c(0, 1) in the counts vector
-    sid, step = _first(program, lambda sid, s: sid.rank == 1 and isinstance(s, Consume) and s.srcs
-                       and s.srcs[0].buf == "scratch" and s.dsts[0].buf == "scratch" and s.srcs[0].var == k03)
-    clipped = (tuple(dataclasses.replace(r, var=k01) for r in step.srcs),
-               tuple(dataclasses.replace(r, var=k01) for r in step.dsts))
+    sid, step = _first(
+        program,
+        lambda sid, s: (
+            sid.rank == 1
+            and isinstance(s, Consume)
+            and s.srcs
+            and s.srcs[0].buf == "scratch"
+            and s.dsts[0].buf == "scratch"
+            and s.srcs[0].var == k03
+        ),
+    )
+    clipped = (
+        tuple(dataclasses.replace(r, var=k01) for r in step.srcs),
+        tuple(dataclasses.replace(r, var=k01) for r in step.dsts),
+    )
     bad = _with(program, sid, Consume(step.waits, step.op, *clipped))  # consistent in itself, and right at capacity
     clipped_alike = r"holds count 3's chunk .* \(a value must move between slices clipped alike\)"
     with pytest.raises(ProgramInvalid, match=clipped_alike):
@@ -111,15 +128,20 @@ def test_a_value_moved_between_slices_clipped_differently_is_rejected():
     assert _damage(inst, bad, tuple(counts)) > 0 and _damage(inst, program, tuple(counts)) == 0
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda r: dataclasses.replace(r, at=r.at + 1), "is not where count 0's chunk sits"),
-    (lambda r: dataclasses.replace(r, at=r.at + 1, offset=r.offset + 1),
-     "clipped by different per-call counts or windows"),
-    (lambda r: dataclasses.replace(r, count=r.count + 1), "differ in size"),
-    (lambda r: dataclasses.replace(r, var=None, base=()), "moves a fixed number of elements"),
-    (lambda r: dataclasses.replace(r, var=99), "names a count the program does not have"),
-    (lambda r: dataclasses.replace(r, base=(r.var,)), "counts a chunk twice"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: dataclasses.replace(r, at=r.at + 1), "is not where count 0's chunk sits"),
+        (
+            lambda r: dataclasses.replace(r, at=r.at + 1, offset=r.offset + 1),
+            "clipped by different per-call counts or windows",
+        ),
+        (lambda r: dataclasses.replace(r, count=r.count + 1), "differ in size"),
+        (lambda r: dataclasses.replace(r, var=None, base=()), "moves a fixed number of elements"),
+        (lambda r: dataclasses.replace(r, var=99), "names a count the program does not have"),
+        (lambda r: dataclasses.replace(r, base=(r.var,)), "counts a chunk twice"),
+    ],
+)
 def test_one_slice_of_a_step_edited_is_rejected(edit, message):
     inst, program = build("reduce-scatter-v", "two-shot", 3, 32)
     sid, step = _first(program, lambda sid, s: isinstance(s, Consume) and len(s.srcs) > 1)
@@ -169,8 +191,11 @@ def test_counts_are_checked_against_the_program_before_anything_runs():
     inst, program = build("all-gather-v", "ring", 3, 5)
     runner = NumpyRunner(program)
     x = [np.zeros(n, np.float32) for n in program.in_counts]
-    for counts, message in (((1, 2), "2 counts given, expected 3"), (None, "takes per-call counts"),
-                            ((1, 2, 6), r"count 2 \(c\(2\)\) is 6, outside 0..5")):
+    for counts, message in (
+        ((1, 2), "2 counts given, expected 3"),
+        (None, "takes per-call counts"),
+        ((1, 2, 6), r"count 2 \(c\(2\)\) is 6, outside 0..5"),
+    ):
         with pytest.raises(CountsError, match=message):
             runner.load(x, 0, counts=counts)
     with pytest.raises(CountsError, match="fixed sizes"):

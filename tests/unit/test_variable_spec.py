@@ -58,7 +58,7 @@ def test_a_call_is_packed_and_its_reference_is_the_collective():
     x = [rng.integers(-50, 50, size=cap * R).astype(np.float32) for _ in range(R)]
     out = expected_outputs(inst, x, None, counts)
     for r in range(R):
-        sent = [x[j][n[j, :r].sum(): n[j, :r].sum() + n[j, r]] for j in range(R)]  # rank j's chunk for r
+        sent = [x[j][n[j, :r].sum() : n[j, :r].sum() + n[j, r]] for j in range(R)]  # rank j's chunk for r
         assert np.array_equal(out[r], np.concatenate(sent))
     call = at_counts(inst, counts)
     assert call.in_counts == tuple(int(v) for v in n.sum(axis=1))
@@ -81,7 +81,7 @@ def test_all_gather_v_and_reduce_scatter_v_reference(ranks, cap, dist, seed):
     starts = np.concatenate([[0], np.cumsum(counts)])
     whole = np.sum([v[: starts[-1]] for v in x], axis=0) if ranks else None
     for r, out in enumerate(expected_outputs(scatter, x, "sum", counts)):
-        assert np.array_equal(out, whole[starts[r]: starts[r + 1]])
+        assert np.array_equal(out, whole[starts[r] : starts[r + 1]])
 
 
 @pytest.mark.parametrize("name", VARIABLE)
@@ -101,13 +101,16 @@ def test_distributions_stay_in_range_and_hot_is_one_rank(name):
         draw_counts(inst, "zipf", rng)
 
 
-@pytest.mark.parametrize(("counts", "message"), [
-    ([1, 2], r"takes 3 counts \(one per chunk: c\(0\), c\(1\), c\(2\)\), got 2"),
-    ([1, 2, 11], r"the count of c\(2\) is 11, outside 0..10"),
-    ([1, -1, 0], r"the count of c\(1\) is -1, outside 0..10"),
-    ([1, 2.5, 0], r"the count of c\(1\) is 2.5, not a whole number"),
-    ([True, 1, 0], r"the count of c\(0\) is True, not a whole number"),
-])
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [
+        ([1, 2], r"takes 3 counts \(one per chunk: c\(0\), c\(1\), c\(2\)\), got 2"),
+        ([1, 2, 11], r"the count of c\(2\) is 11, outside 0..10"),
+        ([1, -1, 0], r"the count of c\(1\) is -1, outside 0..10"),
+        ([1, 2.5, 0], r"the count of c\(1\) is 2.5, not a whole number"),
+        ([True, 1, 0], r"the count of c\(0\) is True, not a whole number"),
+    ],
+)
 def test_counts_that_do_not_fit_are_one_line(counts, message):
     inst = instantiate(load_builtin("all-gather-v"), 3, 10, 4)
     with pytest.raises(CountsError, match=message) as info:
@@ -143,11 +146,14 @@ def test_a_users_own_variable_collective():
     assert np.array_equal(out[1], x[0][:3]) and np.array_equal(out[3], x[2])
 
 
-@pytest.mark.parametrize(("patch", "message"), [
-    ({"count": "sometimes"}, "count: expected one of buffer, chunk, variable, got 'sometimes'"),
-    ({"bench": {"size": "total * k"}}, "bench.size: unknown name 'k'"),
-    ({"input": [{"chunk": "c(r)"}, {"chunk": "c(r)"}]}, "lists c(0) twice"),
-])
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"count": "sometimes"}, "count: expected one of buffer, chunk, variable, got 'sometimes'"),
+        ({"bench": {"size": "total * k"}}, "bench.size: unknown name 'k'"),
+        ({"input": [{"chunk": "c(r)"}, {"chunk": "c(r)"}]}, "lists c(0) twice"),
+    ],
+)
 def test_variable_spec_errors_name_the_file_and_field(patch, message):
     import yaml
 
