@@ -42,14 +42,14 @@ enum { ST_OK = 0, ST_TIMEOUT = 1 };
 // own wait timed out, or another's, of any rank), [9] the address of the
 // process's summary word, set to 1 then too (0: none). Plain stores only: host memory has no
 // atomics we may count on, so the first timeout is chosen by the CAS on the
-// abort word (purlin_bench/backends/cupy/status.py reads them).
+// abort word (purlin_bench/backends/cupy/runtime/status.py reads them).
 #define STATUS_WORDS 16
 #define STATUS_ABORTED 8
 #define STATUS_SUMMARY 9
 // [10] 1 once a call read a count outside 0..capacity, [11] which, [12] its value.
 #define STATUS_BAD_COUNT 10
 
-struct Op {  // 608 bytes; mirrored by OP_DTYPE in purlin_bench/backends/cupy/lower.py
+struct Op {  // 608 bytes; mirrored by OP_DTYPE in purlin_bench/backends/cupy/codegen/lower.py
     i64 count;
     int op, nsrc, ndst, nwait, nnotify, step;
     i64 src[MAX_SRC];

@@ -38,7 +38,7 @@ class RunnerBuffers:
                 # A generated kernel's vector splits assume it (codegen/compiled.py's BaseLayout).
                 raise ExecutionError(
                     f"rank {rank}'s {phys} buffer starts at {base.data.ptr:#x}, not on {self.kind.base_align} bytes: "
-                    f"the {self.kind.__name__} kernel needs aligned buffers"
+                    f"the {self.kind.label} datapath needs aligned buffers"
                 )
             ptrs.append(base.data.ptr + offset * self.itemsize)
         table = np.array(ptrs, dtype=np.uint64)

@@ -28,6 +28,8 @@ def _np_storage(dtype: np.dtype) -> np.dtype:
 class Launch:
     """One kernel launch: the ranks it runs, its table, epochs and status."""
 
+    # The datapath's ``kernel`` parameter that picks this kind (KINDS), as errors name it.
+    label: ClassVar[str] = ""
     # Where every buffer must start for this kind's kernel (bytes).
     base_align: ClassVar[int] = 1
     # Whether it reads slice sizes from per-call counts (a variable program).
@@ -86,6 +88,8 @@ class InterpretedLaunch(Launch):
     """The step interpreter (atoms/snac.cu): one build per dtype, op and
     shape; the step table, base table and counts are its arguments."""
 
+    label = "interpreted"
+
     def build(self, runner: "CupyRunner") -> tuple[object, tuple[str, ...]]:
         return self.kernel_of(runner, self.device), ()
 
@@ -131,6 +135,7 @@ class CompiledLaunch(Launch):
     """CUDA C++ generated for this launch's steps (codegen/compiled.py),
     built by NVRTC once per machine; slice and flag bases are parameters."""
 
+    label = "compiled"
     base_align = BASE_ALIGN  # the generated vector splits assume it (BaseLayout)
     variable_sizes = False  # slice sizes and vector splits are constants of the generated code (D44)
 
@@ -178,4 +183,4 @@ class CompiledLaunch(Launch):
 
 
 # The datapath's ``kernel`` parameter -> the launch of that kind.
-KINDS: dict[str, type[Launch]] = {"interpreted": InterpretedLaunch, "compiled": CompiledLaunch}
+KINDS: dict[str, type[Launch]] = {kind.label: kind for kind in (InterpretedLaunch, CompiledLaunch)}

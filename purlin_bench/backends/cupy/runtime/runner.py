@@ -80,6 +80,8 @@ class CupyRunner(RunnerBuffers):
 
         if datapath == "ce" and not world.fused:
             raise ExecutionError("datapath 'ce' needs every rank in one launch (virtual ranks on one GPU)")
+        if kernel not in KINDS:  # the backend checks its parameters first; a direct caller may not
+            raise ExecutionError(f"unknown kernel '{kernel}' (known: {', '.join(KINDS)})")
         if program.variable and not KINDS[kernel].variable_sizes:
             raise ExecutionError(f"the {kernel} datapath needs fixed sizes; a variable-size program runs interpreted")
         if program.ranks != world.ranks:
