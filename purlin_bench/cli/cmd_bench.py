@@ -49,7 +49,8 @@ def bench(
     iters: int = typer.Option(20, "-n", "--iters", help="calls per timed batch (one CUDA graph)"),
     warmup: int = typer.Option(5, "-w", "--warmup_iters", help="untimed batches first"),
     datatype: str = typer.Option("float32", "-d", "--datatype", "--dtype",
-                                 help="float32|float16|bfloat16|int32|float64 (nccl-tests names too)"),
+                                 help="float32|float16|bfloat16|int32|float64|float8_e4m3fn|float8_e5m2 "
+                                      "(nccl-tests names too)"),
     op: str = typer.Option("sum", "-o", "--op", help="reduction: sum|prod|max|min"),
     root: int = typer.Option(0, "-r", "--root", help="root rank of rooted collectives"),
     counts: str = typer.Option("uniform", "--counts",
@@ -122,7 +123,7 @@ def bench(
     slice_nbytes = None if slice_bytes is None else parse_bytes(slice_bytes, "--slice-bytes")
     exec_options = {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll, "kernel": kernel}
     choice = _choice(strategy, plan, channels, slice_nbytes, exec_options, backend_cls, n_ranks, dtype, devices,
-                     [s.name for s in specs])
+                     [s.name for s in specs], counts)
     # Every size's instance before the first byte of output: a rank count or
     # root a spec refuses is one error line, not a header with no rows.
     plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root, counts)) for spec in specs]
@@ -246,7 +247,7 @@ def _baselines(text: str, offered: tuple[str, ...], refused: dict[str, str] | No
 
 
 def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, ranks, dtype, gpus=None,
-            collectives=()) -> Choice:
+            collectives=(), counts: str = "uniform") -> Choice:
     plan_overrides = {k: v for k, v in (("channels", channels), ("slice_bytes", slice_bytes)) if v is not None}
     if strategy not in ("auto", "all"):
         get_strategy(strategy)  # an unknown name is refused now, not after the header at the first size
@@ -255,7 +256,8 @@ def _choice(strategy, plan, channels, slice_bytes, exec_options: dict, backend, 
         return Choice(strategy, plan_overrides, exec_overrides)
     from purlin_bench.plans.load import plan_lookup
 
-    lookup = plan_lookup(plan, backend=backend.name, ranks=ranks, dtype=dtype, gpus=gpus, collectives=collectives)
+    lookup = plan_lookup(plan, backend=backend.name, ranks=ranks, dtype=dtype, gpus=gpus, collectives=collectives,
+                         counts=counts)
     return Choice(strategy, plan_overrides, exec_overrides, lookup)
 
 

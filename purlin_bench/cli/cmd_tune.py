@@ -26,6 +26,7 @@ from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs,
 from purlin_bench.base.errors import PurlinError
 from purlin_bench.base.sizes import counted, parse_bytes
 from purlin_bench.cli.targets import many_specs
+from purlin_bench.spec.variable import DISTRIBUTIONS
 
 ORDER = 50
 _DEFAULT_SWEEP = "default"
@@ -75,6 +76,9 @@ def tune(
                                                  "backend's: none on a GPU, 64K on the CPU reference]"),
     force: bool = typer.Option(False, "--force",
                                help="confirm the finalists again and rewrite plans that are already complete"),
+    counts: str = typer.Option("uniform", "--counts",
+                               help="sizes per call (all-to-all-v, ...): how each bucket's counts are drawn, adding "
+                                    "up to its size (uniform, skewed, hot, sparse); part of the plan's name"),
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
     mps: bool = typer.Option(False, "--mps", help=MPS_HELP),
 ) -> int:
@@ -93,6 +97,8 @@ def tune(
     if storage is not None:
         check_url(storage)
     outputs.check_output_dir(out, "--out")
+    if counts not in DISTRIBUTIONS:
+        raise PurlinError(f"unknown --counts '{counts}' (known: {', '.join(DISTRIBUTIONS)})")
     if sampler not in SAMPLERS:
         raise PurlinError(f"unknown sampler '{sampler}' (known: {', '.join(SAMPLERS)})")
     if trials is not None and trials < 1:
@@ -105,7 +111,7 @@ def tune(
     if timeout is not None and not (0 < timeout < float("inf")):
         raise PurlinError(f"--timeout must be a finite number of seconds > 0, got {timeout}")
     chosen = resolve_sweep(sweep)
-    specs = tuple(many_specs(collective, spec_files or [], timed=True))
+    specs = tuple(many_specs(collective, spec_files or []))
     check_mps(mps, procs)
     if procs is not None:
         counts = common.int_list(procs, "--procs", minimum=1)
@@ -138,6 +144,7 @@ def tune(
         storage_url=storage or default_storage_url(out),
         out_dir=out,
         force=force,
+        counts=counts,
     )
     limits.check_tune(plan_jobs(request), chosen, backend_cls)
     check_targets(request)  # before the storage and the notes: a refusal is one line, alone

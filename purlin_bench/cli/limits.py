@@ -139,13 +139,13 @@ def check_tune(jobs, sweep, backend) -> None:
     """purlin tune's memory bound, as bench has it: each job at the largest
     size its buckets probe (a trial, the default and the finalists' sets)."""
     from purlin_bench.base.dtypes import DTYPES
-    from purlin_bench.spec.instance import instantiate
+    from purlin_bench.tools.bench.run import instances
 
     top = max(max(b.probe_bytes) for b in sweep.buckets)
     for job in jobs:
         itemsize = DTYPES[job.dtype].itemsize
-        count = job.spec.count_for_bytes(job.ranks, top, itemsize)
-        inst = instantiate(job.spec, job.ranks, count, itemsize)
+        # The row a trial times there (a variable collective's buffers hold its largest count).
+        inst = instances(job.spec, [top], job.ranks, job.dtype, 0, job.counts or "uniform")[0].inst
         check_memory(needed_bytes(inst, itemsize, copies=2),
                      f"{job.spec.name} at {top} B on {counted(job.ranks, 'rank')}", backend)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from purlin_bench.cli.common import note
 from purlin_bench.base.errors import PurlinError
 from purlin_bench.spec.loader import CollectiveSpec, load_all_builtin, load_spec_file, resolve
 
@@ -24,7 +23,7 @@ def one_spec(collective: str | None, spec_file: str | None) -> CollectiveSpec:
     return resolve(collective)
 
 
-def many_specs(collective: str | None, spec_files: Sequence[str], timed: bool = False) -> list[CollectiveSpec]:
+def many_specs(collective: str | None, spec_files: Sequence[str]) -> list[CollectiveSpec]:
     """COLLECTIVE (a name, a .yaml path, a comma list of them, or ``all``)
     plus every ``--spec`` file."""
     if not collective and not spec_files:
@@ -34,13 +33,6 @@ def many_specs(collective: str | None, spec_files: Sequence[str], timed: bool = 
     specs: list[CollectiveSpec] = []
     if collective == "all":
         specs.extend(load_all_builtin())
-        if timed:
-            # Tune buckets by one count; a collective whose sizes come per
-            # call is tuned in issue 31's next phase: 'all' is the rest.
-            left = [spec.name for spec in specs if spec.variable]
-            specs = [spec for spec in specs if not spec.variable]
-            if left:
-                note(f"'all' leaves out {', '.join(left)}: tuning sizes that come per call is not supported yet")
     elif collective and "," in collective and not Path(collective).exists():
         # A comma list of names or paths: 'all-gather-v,reduce-scatter-v,all-to-all-v'.
         specs.extend(resolve(part.strip()) for part in collective.split(",") if part.strip())

@@ -23,7 +23,7 @@ from purlin_bench.plans.model import KIND, SCHEMA_VERSION, ArtifactError, PlanAr
 from purlin_bench.base.textfile import parse_json, read_text, write_output
 from purlin_bench.plans.checks import check_content
 from purlin_bench.plans.schema import plan_schema
-from purlin_bench.spec.loader import CollectiveSpec, builtin_spec_paths
+from purlin_bench.spec.loader import CollectiveSpec, builtin_spec_paths, resolve
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -31,8 +31,11 @@ if TYPE_CHECKING:
 _TIMES = ("time_us", "default_time_us", "baseline_time_us")
 
 
-def plan_path(out_dir: str | Path, gpu_type: str, collective: str, layout: str, dtype: str) -> Path:
-    return Path(out_dir) / gpu_type / f"{collective}-{layout}-{dtype}.json"
+def plan_path(out_dir: str | Path, gpu_type: str, collective: str, layout: str, dtype: str,
+              counts: str | None = None) -> Path:
+    """Where a plan lives; a variable collective's counts distribution is part of its name."""
+    tail = f"-{counts}" if counts else ""
+    return Path(out_dir) / gpu_type / f"{collective}-{layout}-{dtype}{tail}.json"
 
 
 # ---------------------------------------------------------------- reading
@@ -49,6 +52,7 @@ def load_plan_file(path: str | Path, spec: CollectiveSpec | None = None) -> Plan
 
 def parse_plan(data: Any, source: str, spec: CollectiveSpec | None = None) -> PlanArtifact:
     """Plain data (parsed JSON) as a plan, after :func:`validate_plan_data`."""
+    data = upgraded(data)
     validate_plan_data(data, source, spec)
     fp = data["fingerprint"]
     sw = data["sweep"]
@@ -56,6 +60,7 @@ def parse_plan(data: Any, source: str, spec: CollectiveSpec | None = None) -> Pl
         collective=data["collective"],
         dtype=data["dtype"],
         redop=data["redop"],
+        counts=data["counts"],
         ranks=data["ranks"],
         backend=data["backend"],
         fingerprint=Fingerprint(**{**fp, "devices": tuple(fp["devices"])}),
@@ -100,6 +105,7 @@ def validate_plan_data(data: Any, source: str, spec: CollectiveSpec | None = Non
     if not isinstance(data, dict):
         raise fail("top level", f"expected an object, got {_json_type(data)}")
     _check_version_and_kind(data, fail)
+    data = upgraded(data)
     from jsonschema.exceptions import best_match
 
     error = best_match(_validator().iter_errors(data))
@@ -112,6 +118,23 @@ def validate_plan_data(data: Any, source: str, spec: CollectiveSpec | None = Non
     _check_entries(data["entries"], fail)
     check_content(data, fail)
     _check_collective(data["collective"], spec, fail)
+    _check_counts(data, spec, fail)
+
+
+def upgraded(data: Any) -> Any:
+    """A version 1 plan (before ``counts``) as this version reads it: every
+    version 1 plan is of fixed sizes. Anything else as it is."""
+    if isinstance(data, dict) and data.get("schema_version") == 1 and "counts" not in data:
+        return {**data, "schema_version": SCHEMA_VERSION, "counts": None}
+    return data
+
+
+def _check_counts(data: dict[str, Any], spec: CollectiveSpec | None, fail) -> None:
+    spec = spec if spec is not None else resolve(data["collective"])
+    if spec.variable and data["counts"] is None:
+        raise fail("counts", f"{spec.name} takes its sizes per call: its plan names the counts it was tuned with")
+    if not spec.variable and data["counts"] is not None:
+        raise fail("counts", f"{spec.name} has fixed sizes: its plan has no counts (got {data['counts']!r})")
 
 
 def _check_version_and_kind(data: dict[str, Any], fail) -> None:
@@ -267,4 +290,4 @@ def write_plan(plan: PlanArtifact, path: str | Path, spec: CollectiveSpec | None
     write_output(path, plan_text(plan, str(path), spec), make_folder=True)
 
 
-__all__ = ["load_plan_file", "parse_plan", "plan_path", "plan_text", "validate_plan_data", "write_plan"]
+__all__ = ["load_plan_file", "parse_plan", "plan_path", "plan_text", "upgraded", "validate_plan_data", "write_plan"]

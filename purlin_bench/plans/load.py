@@ -29,6 +29,7 @@ from purlin_bench.measure.service import MeasurementService
 from purlin_bench.plans import ArtifactError, PlanArtifact, PlanEntry, load_plan_file, plan_path
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec, resolve
+from purlin_bench.spec.variable import DISTRIBUTIONS
 from purlin_bench.tools.tune.effective import for_backend
 from purlin_bench.base.sizes import counted
 
@@ -89,6 +90,9 @@ class TunedCollective:
         return count
 
     def __call__(self, inputs: Sequence[Any], root: int = 0, redop: str | None = None) -> list[Any]:
+        if self.spec.variable:
+            raise PurlinError(f"{self.spec.name} takes its sizes per call: run it through purlin_bench.torch's "
+                              f"Communicator or `purlin bench --plan`; this callable runs fixed sizes")
         if isinstance(inputs, (str, bytes)) or not hasattr(inputs, "__len__"):
             raise PurlinError(f"inputs must be a list of per-rank arrays, got {type(inputs).__name__}")
         if len(inputs) != self.ranks:
@@ -143,6 +147,7 @@ def load_plan(
     results_dir: str | Path | None = None,
     override: bool = False,
     spec: CollectiveSpec | None = None,
+    counts: str | None = None,
 ) -> TunedCollective:
     """A tuned collective from a plan file, or from a collective name with
     this machine's GPU type and rank layout (``ranks`` virtual ranks, default
@@ -150,8 +155,13 @@ def load_plan(
 
     ``backend`` runs it elsewhere than the plan's own backend (e.g. a GPU plan
     on the numpy reference, with ``override=True``). ``spec`` supplies the
-    collective when the plan is of a user's spec file, not a built-in one."""
+    collective when the plan is of a user's spec file, not a built-in one.
+    ``counts`` picks a variable collective's plan by the distribution it was
+    tuned with (default uniform); such a plan's buckets are by total bytes, and
+    ``purlin bench --plan`` uses it (its callable runs fixed sizes only)."""
     _check_arguments(target, dtype, ranks, gpus, backend, spec)
+    if counts is not None and counts not in DISTRIBUTIONS:
+        raise PurlinError(f"load_plan: unknown counts '{counts}' (known: {', '.join(DISTRIBUTIONS)})")
     if _is_path(target):
         path = Path(target)
         plan = load_plan_file(path, spec)
@@ -165,9 +175,12 @@ def load_plan(
         run_backend = backend or _natural_backend()
         here = _machine(run_backend, ranks or 8, gpus)
         folder = results_dir if results_dir is not None else default_results_dir(run_backend)
-        path = plan_path(folder, here.gpu_type, collective, here.layout, canonical_dtype)
+        variable = (spec or resolve(collective)).variable
+        path = plan_path(folder, here.gpu_type, collective, here.layout, canonical_dtype,
+                         (counts or "uniform") if variable else None)
         if not path.exists():
             hint = tune_hint(collective, canonical_dtype, run_backend, ranks or 8, gpus, results_dir)
+            hint += f" --counts {counts}" if variable and counts and counts != "uniform" else ""
             raise ArtifactError(f"no tuned plan for {collective} {canonical_dtype} on {here.describe()}: {path} does "
                                 f"not exist (run: {hint})")
         plan = load_plan_file(path, spec)
@@ -245,7 +258,8 @@ class PlanLookup:
 
 
 def plan_lookup(plan: str, backend: str, ranks: int, dtype: str, gpus: Sequence[int] | None = None,
-                results_dir: str | Path | None = None, collectives: Sequence[str] = ()) -> PlanLookup:
+                results_dir: str | Path | None = None, collectives: Sequence[str] = (),
+                counts: str = "uniform") -> PlanLookup:
     """The :class:`PlanLookup` of ``plan``. ``auto`` finds each collective's
     plan for this machine; a file must match the collective. The plans of
     ``collectives`` are read now, not at the first size measured: a missing
@@ -255,8 +269,9 @@ def plan_lookup(plan: str, backend: str, ranks: int, dtype: str, gpus: Sequence[
 
     def load(name: str) -> TunedCollective:
         if from_file is None:
-            return load_plan(name, canonical_dtype, ranks, gpus=gpus, backend=backend, results_dir=results_dir)
-        _check_matches(from_file, name, canonical_dtype)
+            return load_plan(name, canonical_dtype, ranks, gpus=gpus, backend=backend, results_dir=results_dir,
+                             counts=counts)
+        _check_matches(from_file, name, canonical_dtype, counts)
         return from_file
 
     lookup = PlanLookup(load)
@@ -265,11 +280,13 @@ def plan_lookup(plan: str, backend: str, ranks: int, dtype: str, gpus: Sequence[
     return lookup
 
 
-def _check_matches(tuned: TunedCollective, collective: str, dtype: str) -> None:
+def _check_matches(tuned: TunedCollective, collective: str, dtype: str, counts: str = "uniform") -> None:
     if tuned.plan.collective != collective:
         raise ArtifactError(f"{tuned.source}: is a plan for {tuned.plan.collective}, not {collective}")
     if tuned.plan.dtype != dtype:
         raise ArtifactError(f"{tuned.source}: is a plan for {tuned.plan.dtype}, not {dtype}")
+    if tuned.plan.counts is not None and tuned.plan.counts != counts:
+        raise ArtifactError(f"{tuned.source}: is a plan for counts {tuned.plan.counts}, not {counts} (--counts)")
 
 
 def _check_fits(plan: PlanArtifact, here: Fingerprint, source: str, override: bool) -> None:

@@ -21,7 +21,9 @@ from purlin_bench.base.config import RunConfig
 from purlin_bench.base.errors import PurlinError
 from purlin_bench.base.hardware import Fingerprint
 
-SCHEMA_VERSION = 1
+# 2: ``counts``, the distribution a variable collective's plan was tuned with
+# (version 1 files are read as counts null: plans of fixed sizes).
+SCHEMA_VERSION = 2
 KIND = "purlin-plan"
 TIMING_GPU = PORT_TIMING_GPU
 TIMING_CPU = backend_class(REFERENCE).timing_kind  # CPU times of the reference, not GPU performance
@@ -80,6 +82,10 @@ class PlanArtifact:
     sweep: SweepRef
     entries: tuple[PlanEntry, ...]  # sorted by min_bytes
     redop: str | None = None
+    # Sizes per call (all-to-all-v, ...): how the tuned calls' counts were
+    # drawn (spec.variable.DISTRIBUTIONS), part of the plan's key; None for
+    # fixed sizes. Its buckets are by total bytes moved, as bench's rows are.
+    counts: str | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -93,6 +99,7 @@ class PlanArtifact:
             "collective": self.collective,
             "dtype": self.dtype,
             "redop": self.redop,
+            "counts": self.counts,
             "ranks": self.ranks,
             "backend": self.backend,
             "timing": self.timing,

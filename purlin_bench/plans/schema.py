@@ -14,6 +14,7 @@ from typing import Any
 
 from purlin_bench.base.dtypes import DTYPES, REDOPS
 from purlin_bench.plans.model import BACKENDS, KIND, SAMPLERS, SCHEMA_VERSION, TIMING_CPU, TIMINGS
+from purlin_bench.spec.variable import DISTRIBUTIONS
 from purlin_bench.strategies import STRATEGIES
 
 SCHEMA_ID = "https://github.com/purlin-bench/purlin-bench/docs/plan.schema.json"
@@ -117,6 +118,12 @@ def plan_schema() -> dict[str, Any]:
         },
         "dtype": {"type": "string", "enum": list(DTYPES)},
         "redop": {"type": ["string", "null"], "enum": [*REDOPS, None]},
+        "counts": {
+            "type": ["string", "null"],
+            "enum": [*DISTRIBUTIONS, None],
+            "description": "A collective of sizes per call: how its tuned calls' counts were drawn (buckets are by"
+            " total bytes); null for fixed sizes.",
+        },
         "ranks": {"type": "integer", "minimum": 1},
         "backend": {"type": "string", "enum": list(BACKENDS)},
         "timing": {

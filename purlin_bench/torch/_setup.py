@@ -102,7 +102,9 @@ class Configs:
         self._tuned: dict[tuple[str, str], TunedCollective | None] = {}
 
     def config(self, inst: Instance, dtype: str) -> RunConfig:
-        if inst.variable:  # tune has no plans of sizes that come per call yet (issue 31)
+        # A variable collective's plans are by total bytes, which its device
+        # counts keep from the host: the default, whatever plans there are.
+        if inst.variable:
             return self.service.default_config(inst)
         tuned = self.tuned(inst.spec, dtype)
         if tuned is None:

@@ -74,7 +74,10 @@ def test_check_table_has_a_counts_column_only_with_variable_sizes(capsys):
             ("bench", "all-to-all-v", "--backend", "numpy", "--counts", "zipf"),
             "unknown --counts 'zipf' (known: uniform, skewed, hot, sparse)",
         ),
-        (("tune", "reduce-scatter-v", "--backend", "numpy"), "variable-length collectives are not supported yet"),
+        (
+            ("tune", "reduce-scatter-v", "--backend", "numpy", "--counts", "zipf"),
+            "unknown --counts 'zipf' (known: uniform, skewed, hot, sparse)",
+        ),
         (("check", "all-gather-v,nope"), "unknown collective 'nope'"),
         (("show", "all-to-all-v", "--source"), "--source: the compiled datapath needs fixed sizes"),
         (("show", "all-reduce", "--dtype", "e5m2", "--source"), "--source: backend cupy does not move float8_e5m2 yet"),

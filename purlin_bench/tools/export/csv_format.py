@@ -11,7 +11,7 @@ from purlin_bench.plans import PlanArtifact
 # Parameters with a column of their own; any other goes to other_params.
 PARAM_COLUMNS = ("slice_bytes", "channels", "blocks", "threads", "datapath", "unroll")
 COLUMNS = (
-    "collective", "dtype", "ranks", "gpu_type", "layout", "backend", "timing",
+    "collective", "dtype", "counts", "ranks", "gpu_type", "layout", "backend", "timing",
     "min_bytes", "max_bytes", "strategy", *PARAM_COLUMNS, "other_params",
     "time_us", "busbw_gbps", "default_time_us", "baseline_time_us", "speedup_vs_default", "speedup_vs_baseline",
 )  # fmt: skip
@@ -26,7 +26,8 @@ def render(plan: PlanArtifact, source: str) -> str:
         params = {**dict(e.config.plan_params), **dict(e.config.exec_params)}
         other = ";".join(f"{k}={v}" for k, v in sorted(params.items()) if k not in PARAM_COLUMNS)
         writer.writerow([
-            plan.collective, plan.dtype, plan.ranks, fp.gpu_type, fp.layout, plan.backend, plan.timing,
+            plan.collective, plan.dtype, _blank(plan.counts), plan.ranks, fp.gpu_type, fp.layout, plan.backend,
+            plan.timing,
             e.min_bytes, _blank(e.max_bytes), e.config.strategy, *(_blank(params.get(k)) for k in PARAM_COLUMNS), other,
             f"{e.time_us:.6g}", f"{e.busbw_gbps:.6g}", _number(e.default_time_us), _number(e.baseline_time_us),
             _number(e.speedup_over_default()), _number(e.speedup_over_baseline()),

@@ -47,6 +47,9 @@ class TuneRequest:
     storage_url: str
     out_dir: Path
     force: bool = False  # confirm the finalists again and rewrite a plan that is already complete
+    # Sizes per call: how each bucket's call counts are drawn (spec.variable.DISTRIBUTIONS);
+    # a plan's key for those collectives, ignored for the rest.
+    counts: str = "uniform"
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class Job:
     spec: CollectiveSpec
     dtype: str
     ranks: int
+    counts: str | None = None  # a variable collective's counts distribution; None for fixed sizes
 
 
 @dataclass(frozen=True)
@@ -98,15 +102,18 @@ class Reporter:
 
 def plan_jobs(request: TuneRequest) -> list[Job]:
     ranks_list = (len(request.gpus),) if request.gpus else request.ranks
-    return [Job(spec, dtype, ranks) for ranks in ranks_list for spec in request.collectives
-            if spec.supports_ranks(ranks) for dtype in request.dtypes]
+    return [Job(spec, dtype, ranks, request.counts if spec.variable else None) for ranks in ranks_list
+            for spec in request.collectives if spec.supports_ranks(ranks) for dtype in request.dtypes]
 
 
-def study_name(fp: Fingerprint, collective: str, dtype: str, bucket: Bucket, sweep: Sweep) -> str:
+def study_name(fp: Fingerprint, collective: str, dtype: str, bucket: Bucket, sweep: Sweep,
+               counts: str | None = None) -> str:
     # The probe sizes are in the name: a study's scores compare only when
-    # measured at the same sizes (before probes, at the lower edge alone).
+    # measured at the same sizes (before probes, at the lower edge alone);
+    # so is a variable collective's counts distribution (its calls' shape).
     probes = ",".join(format_bytes(n) for n in bucket.probe_bytes)
-    return (f"purlin/{fp.gpu_type}/{fp.layout}/{collective}/{dtype}/{bucket.label}/at-{probes}"
+    shape = f"/counts-{counts}" if counts else ""
+    return (f"purlin/{fp.gpu_type}/{fp.layout}/{collective}/{dtype}{shape}/{bucket.label}/at-{probes}"
             f"/space-{sweep.space_digest}")
 
 
@@ -117,7 +124,7 @@ def check_targets(request: TuneRequest) -> None:
     one's plan; --force says it may)."""
     for job in plan_jobs(request):
         fp = make(backend_class(request.backend), job.ranks, request.gpus).fingerprint()
-        path = plan_path(request.out_dir, fp.gpu_type, job.spec.name, fp.layout, job.dtype)
+        path = plan_path(request.out_dir, fp.gpu_type, job.spec.name, fp.layout, job.dtype, job.counts)
         why = writable_refusal(path)
         if why:
             raise PurlinError(f"cannot write the plan {path}: {why}")
@@ -146,16 +153,16 @@ def run_tune(request: TuneRequest, reporter: Reporter, storage: object | None = 
 def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter) -> JobResult:
     backend = make(backend_class(request.backend), job.ranks, request.gpus)
     fp = backend.fingerprint()
-    path = plan_path(request.out_dir, fp.gpu_type, job.spec.name, fp.layout, job.dtype)
+    path = plan_path(request.out_dir, fp.gpu_type, job.spec.name, fp.layout, job.dtype, job.counts)
     previous = _previous_plan(path, job.spec, reporter)
-    names = [study_name(fp, job.spec.name, job.dtype, b, request.sweep) for b in request.sweep.buckets]
+    names = [study_name(fp, job.spec.name, job.dtype, b, request.sweep, job.counts) for b in request.sweep.buckets]
     # Before any kernel is built: a complete plan costs a rerun nothing.
     done = None if request.force else _complete(previous, request, job, fp.layout, names)
     if done is not None:
         result = JobResult(job, path, done, up_to_date=True)
         reporter.job_up_to_date(result)
         return result
-    bench = ServiceBench(MeasurementService(backend), job.spec, job.dtype)
+    bench = ServiceBench(MeasurementService(backend), job.spec, job.dtype, counts=job.counts or "uniform")
     started = time.monotonic()
     variants = bench.warm_up()
     if variants:
@@ -171,6 +178,7 @@ def _run_job(request: TuneRequest, job: Job, storage: object, reporter: Reporter
         collective=job.spec.name,
         dtype=job.dtype,
         redop=job.spec.redop,
+        counts=job.counts,
         ranks=job.ranks,
         backend=request.backend,
         fingerprint=fp,
@@ -199,7 +207,7 @@ class _JobTuning:
 
     def bucket(self, bucket: Bucket) -> BucketResult:
         job, request, bench = self.job, self.request, self.bench
-        name = study_name(self.fp, job.spec.name, job.dtype, bucket, request.sweep)
+        name = study_name(self.fp, job.spec.name, job.dtype, bucket, request.sweep, job.counts)
         inst = bench.instance(bucket)
         space = request.sweep.space
         spec = StudySpec(

@@ -17,12 +17,12 @@ from typing import Sequence
 from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.measure.compare import CheckResult
 from purlin_bench.base.config import RunConfig
-from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.procs.errors import DistError
 from purlin_bench.base.errors import PurlinError
 from purlin_bench.measure.service import MeasurementService
 from purlin_bench.spec.instance import Instance
 from purlin_bench.spec.loader import CollectiveSpec
+from purlin_bench.tools.bench.run import Row, instances
 from purlin_bench.tools.tune.sweep import Bucket
 
 # The baseline is timed once per bucket, for the plan's record: CuPy's
@@ -32,47 +32,56 @@ BASELINE_POLICY = TimingPolicy(iters=5, warmup=1, reps=3)
 
 
 class ServiceBench:
-    """``check`` and ``measure`` for one collective and dtype on a service."""
+    """``check`` and ``measure`` for one collective and dtype on a service.
 
-    def __init__(self, service: MeasurementService, spec: CollectiveSpec, dtype: str, root: int = 0):
+    A size is a bench row (tools/bench/run.py): for fixed sizes the count
+    nccl-tests' S gives; for sizes per call, capacity buffers and one call's
+    counts adding up to the total S moves, drawn from ``counts`` (a
+    distribution, spec.variable.DISTRIBUTIONS) with the row's seed, as
+    ``purlin bench --counts`` times them."""
+
+    def __init__(
+        self, service: MeasurementService, spec: CollectiveSpec, dtype: str, root: int = 0, counts: str = "uniform"
+    ):
         self.service = service
         self.spec = spec
         self.dtype = dtype
         self.root = root
-        self._instances: dict[int, Instance] = {}
+        self.counts = counts
+        self._rows: dict[int, Row] = {}  # asked bytes -> its row
+        self._by_size: dict[int, Row] = {}  # measured bytes -> its row
 
-    def count(self, bucket: Bucket) -> int:
-        return self._count(bucket.min_bytes)
-
-    def _count(self, nbytes: int) -> int:
-        _, np_dtype = resolve_dtype(self.dtype)
-        return self.spec.count_for_bytes(self.service.ranks, nbytes, np_dtype.itemsize)
-
-    def _instance(self, count: int) -> Instance:
-        if count not in self._instances:
-            self._instances[count] = self.service.instance(self.spec, count, self.dtype, self.root)
-        return self._instances[count]
+    def _row(self, nbytes: int) -> Row:
+        if nbytes not in self._rows:
+            row = instances(self.spec, [nbytes], self.service.ranks, self.dtype, self.root, self.counts)[0]
+            # One Row (one Instance object) per measured size: programs are
+            # derived and cached per instance, and sizes that round alike share it.
+            self._rows[nbytes] = self._by_size.setdefault(row.size, row)
+        return self._rows[nbytes]
 
     def instance(self, bucket: Bucket) -> Instance:
         """The bucket's lower edge: what its plan entry records."""
-        return self._instance(self.count(bucket))
+        return self._row(bucket.min_bytes).inst
+
+    def _probes(self, bucket: Bucket) -> tuple[Row, ...]:
+        # Sizes that round to one count (or one total) are measured once.
+        rows = {}
+        for n in bucket.probe_bytes:
+            row = self._row(n)
+            rows.setdefault(row.size, row)
+        return tuple(rows.values())
 
     def probes(self, bucket: Bucket) -> tuple[Instance, ...]:
-        """The instances a bucket is checked and timed at, lower edge first
-        (sizes that round to one count are measured once)."""
-        counts = dict.fromkeys(self._count(n) for n in bucket.probe_bytes)
-        return tuple(self._instance(c) for c in counts)
+        """The instances a bucket is checked and timed at, lower edge first."""
+        return tuple(row.inst for row in self._probes(bucket))
 
     def probe_nbytes(self, bucket: Bucket) -> tuple[int, ...]:
         """The nccl-tests message sizes of the probes (count rounding)."""
-        return tuple(
-            self.spec.bytes_for_count(self.service.ranks, inst.count, inst.itemsize) for inst in self.probes(bucket)
-        )
+        return tuple(row.size for row in self._probes(bucket))
 
     def nbytes(self, bucket: Bucket) -> int:
         """The nccl-tests message size actually measured (count rounding)."""
-        inst = self.instance(bucket)
-        return self.spec.bytes_for_count(self.service.ranks, inst.count, inst.itemsize)
+        return self._row(bucket.min_bytes).size
 
     def warm_up(self) -> int:
         """Compile the backend's kernel variants for this dtype before any
@@ -98,8 +107,8 @@ class ServiceBench:
         """Checked at every probe size, on the buffer sets it is then timed
         on; the first wrong one is the verdict."""
         wrong = total = 0
-        for inst in self.probes(bucket):
-            prepared = self.service.prepare(inst, config, self.dtype)
+        for row in self._probes(bucket):
+            prepared = self.service.prepare(row.inst, config, self.dtype, counts=row.counts)
             result = CheckResult(prepared.nwrong, sum(prepared.program.out_counts))
             if not result.ok:
                 return result
@@ -111,7 +120,10 @@ class ServiceBench:
         lower edge first, the configurations taking turns at each size."""
         policy = self.service.backend.trial_policy
         labels = {f"c{i}": c for i, c in enumerate(dict.fromkeys(configs))}
-        per_probe = [self.service.compare(inst, labels, self.dtype, policy=policy) for inst in self.probes(bucket)]
+        per_probe = [
+            self.service.compare(row.inst, labels, self.dtype, policy=policy, counts=row.counts)
+            for row in self._probes(bucket)
+        ]
         return {c: tuple(p.us(label) for p in per_probe) for label, c in labels.items()}
 
     def probe_times(self, config: RunConfig, bucket: Bucket) -> tuple[float, ...]:
@@ -127,7 +139,8 @@ class ServiceBench:
         """The strongest baseline's time (what a user would write instead),
         timed beside the default at the lower edge; None where the backend
         has none that runs here."""
-        inst = self.instance(bucket)
+        row = self._row(bucket.min_bytes)
+        inst = row.inst
         names = self.service.backend.baselines()[:1]
         if not names:
             return None
@@ -138,6 +151,7 @@ class ServiceBench:
                 self.dtype,
                 baselines=names,
                 policy=BASELINE_POLICY,
+                counts=row.counts,
             )
         except DistError:
             raise  # a lost rank ends the run, not one trial
