@@ -308,7 +308,8 @@ def _winners(results, reference_times: bool, console) -> Table | Group:
     lines: list[Text] = [Text(title, style="bold")]
     for result in results:
         for b in result.buckets:
-            base = [result.job.spec.name, result.job.dtype, b.layout, b.bucket.text()]
+            counts = f" ({result.job.counts} counts)" if result.job.counts else ""  # sizes per call: the plan's key
+            base = [result.job.spec.name + counts, result.job.dtype, b.layout, b.bucket.text()]
             stopped = "" if b.outcome.stop == "done" else f" ({b.outcome.stop})"
             trials = f"{b.outcome.finished}/{b.outcome.wanted}{stopped}"
             if b.entry is None:
