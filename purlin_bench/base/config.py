@@ -51,6 +51,10 @@ class Param:
     maximum: int | None = None
     help: str = ""
     why: str = ""  # why the maximum is what it is, said when a value exceeds it
+    # The values a program whose sizes come per call can run with, where fewer
+    # than ``choices`` (empty: all): the tuner maps a sampled value outside them
+    # to the first, so no trial is spent on a configuration that cannot run.
+    variable_choices: tuple[Any, ...] = field(default=())
 
     def check(self, value: Any, owner: str = "") -> Any:
         """``value`` if it is in the domain, else a ProgramError naming the

@@ -17,7 +17,9 @@ ORDER = 60
 
 
 def export(
-    plan: Path = typer.Argument(..., help="a plan artifact (results/<gpu-type>/<collective>-<layout>-<dtype>.json)"),
+    plan: Path = typer.Argument(
+        ..., help="a plan artifact (results/<gpu-type>/<collective>-<layout>-<dtype>[-<counts>].json)"
+    ),
     fmt: str = typer.Option(..., "--format", help=" | ".join(formats())),
     output: Optional[Path] = typer.Option(None, "--output", help="write here (atomically) instead of to stdout"),
     spec: Optional[Path] = typer.Option(None, "--spec",

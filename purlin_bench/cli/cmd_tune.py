@@ -39,7 +39,7 @@ _HELP = """Tune strategies and datapath parameters per message-size bucket.
 
 One Optuna study per (GPU type, rank layout, collective, dtype, size bucket);
 every trial's outputs are checked against the reference before its time counts.
-Winners go to OUT/<gpu-type>/<collective>-<layout>-<dtype>.json. Studies live in
+Winners go to OUT/<gpu-type>/<collective>-<layout>-<dtype>[-<counts>].json. Studies live in
 --storage (default sqlite:///OUT/tune.db): rerunning the same command resumes
 them (a complete plan is left as it is unless --force), and workers given the
 same URL (e.g. postgresql://...) share them. On the CPU reference a default
@@ -114,16 +114,19 @@ def tune(
     specs = tuple(many_specs(collective, spec_files or []))
     check_mps(mps, procs)
     if procs is not None:
-        counts = common.int_list(procs, "--procs", minimum=1)
+        processes = common.int_list(procs, "--procs", minimum=1)
         backend_cls, _ = resolve_backend(backend)
-        check_procs(counts, backend_cls, ranks)
-        raise typer.Exit(launch(counts, common.gpu_devices(gpus, backend_cls), common.invocation, mps))
+        check_procs(processes, backend_cls, ranks)
+        raise typer.Exit(launch(processes, common.gpu_devices(gpus, backend_cls), common.invocation, mps))
     # Notes wait until every input is validated: bad input is one line, alone.
     notes: list[str] = []
     backend_cls, why = resolve_backend(backend)
     if why:
         notes.append(f"{why}; plans will be marked as CPU reference timings")
     devices = common.gpu_devices(gpus, backend_cls)
+    specs = _runnable(specs, backend_cls, collective == "all", notes)
+    if counts != "uniform" and not any(spec.variable for spec in specs):
+        notes.append(f"--counts {counts} is for collectives whose sizes come per call; none is tuned here")
     if sizes:
         chosen = chosen.with_sizes([parse_bytes(s, "--sizes") for s in common.name_list(sizes)])
     chosen, trials, short = _backend_limits(backend_cls, chosen, max_bytes, trials, sweep_given=sweep != _DEFAULT_SWEEP)
@@ -282,13 +285,31 @@ class _ProgressReporter:
         self.notes.append(message)  # printed after the bar, which is transient
 
 
+def _runnable(specs, backend_cls, everything: bool, notes: list[str]) -> tuple:
+    """The specs this backend can tune: one whose sizes come per call on a
+    backend that runs none is refused in one line, or left out of 'all' with
+    a note (as bench refuses it), not tried trial after trial."""
+    if backend_cls.variable_sizes:
+        return specs
+    left = [spec.name for spec in specs if spec.variable]
+    if left and not everything:
+        raise PurlinError(f"backend {backend_cls.name} runs no variable-size program yet ({left[0]}'s sizes come "
+                          f"per call)")
+    if left:
+        notes.append(f"'all' leaves out {', '.join(left)}: backend {backend_cls.name} runs no variable-size program")
+    return tuple(spec for spec in specs if not spec.variable)
+
+
 def _label(study: str, bucket: str | None = None) -> str:
-    """purlin/<gpu>/<layout>/<collective>/<dtype>/<bucket>/at-.../space-...
-    -> '<collective> <dtype> <layout> <bucket>'."""
+    """purlin/<gpu>/<layout>/<collective>/<dtype>[/counts-<d>]/<bucket>/at-.../space-...
+    -> '<collective> <dtype> <layout> <bucket>' (with '(<d> counts)' after the collective)."""
     parts = study.split("/")
+    counts = ""
+    if len(parts) > 5 and parts[5].startswith("counts-"):
+        counts = f" ({parts.pop(5).removeprefix('counts-')} counts)"
     if len(parts) < 6:
         return study
-    return f"{parts[3]} {parts[4]} {parts[2]} {bucket or parts[5]}"
+    return f"{parts[3]}{counts} {parts[4]} {parts[2]} {bucket or parts[5]}"
 
 
 def _winners(results, reference_times: bool, console) -> Table | Group:

@@ -147,7 +147,8 @@ def check_tune(jobs, sweep, backend) -> None:
         # The row a trial times there (a variable collective's buffers hold its largest count).
         inst = instances(job.spec, [top], job.ranks, job.dtype, 0, job.counts or "uniform")[0].inst
         check_memory(needed_bytes(inst, itemsize, copies=2),
-                     f"{job.spec.name} at {top} B on {counted(job.ranks, 'rank')}", backend)
+                     f"{job.spec.name} at {top} B on {counted(job.ranks, 'rank')}"
+                     + (f" ({job.counts} counts: buffers at the largest)" if job.counts else ""), backend)
 
 
 def check_check(request, backend) -> None:

@@ -2,7 +2,7 @@
 
 One file per (GPU type, collective, rank layout, dtype)::
 
-    results/<gpu-type>/<collective>-<layout>-<dtype>.json
+    results/<gpu-type>/<collective>-<layout>-<dtype>[-<counts>].json
 
 Defined once, here, below every layer that reads or writes them (the tuner,
 ``load_plan``, the exporters, the CLI): ``model`` holds the frozen

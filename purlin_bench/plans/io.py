@@ -105,6 +105,8 @@ def validate_plan_data(data: Any, source: str, spec: CollectiveSpec | None = Non
     if not isinstance(data, dict):
         raise fail("top level", f"expected an object, got {_json_type(data)}")
     _check_version_and_kind(data, fail)
+    if data["schema_version"] == 1 and "counts" in data:
+        raise fail("counts", "not a field of schema version 1 (added in version 2)")
     data = upgraded(data)
     from jsonschema.exceptions import best_match
 
@@ -132,7 +134,8 @@ def upgraded(data: Any) -> Any:
 def _check_counts(data: dict[str, Any], spec: CollectiveSpec | None, fail) -> None:
     spec = spec if spec is not None else resolve(data["collective"])
     if spec.variable and data["counts"] is None:
-        raise fail("counts", f"{spec.name} takes its sizes per call: its plan names the counts it was tuned with")
+        raise fail("counts", f"is null, but {spec.name} takes its sizes per call: a plan of it names the counts "
+                             f"distribution it was tuned with")
     if not spec.variable and data["counts"] is not None:
         raise fail("counts", f"{spec.name} has fixed sizes: its plan has no counts (got {data['counts']!r})")
 

@@ -6,7 +6,7 @@
     allreduce.config_for(1 << 20)              # the configuration used at 1 MiB
 
 ``load_plan`` takes a plan file, or a collective name: then it looks in
-``results/<gpu-type>/<collective>-<layout>-<dtype>.json`` for the GPU type and
+``results/<gpu-type>/<collective>-<layout>-<dtype>[-<counts>].json`` for the GPU type and
 rank layout of this machine (the CPU reference: "cpu", in ``results-cpu/``). A plan tuned on another GPU type
 or layout is refused with what differs; ``override=True`` runs it anyway.
 """
@@ -185,6 +185,11 @@ def load_plan(
                                 f"not exist (run: {hint})")
         plan = load_plan_file(path, spec)
     _check_fits(plan, here, str(path), override)
+    # The counts asked (by name: uniform unless said) must be the plan's own,
+    # whatever its file is called; a file given without counts is taken as it is.
+    asked = counts if counts is not None or _is_path(target) else "uniform"
+    if plan.counts is not None and asked is not None and plan.counts != asked:
+        raise ArtifactError(f"{path}: is a plan for counts {plan.counts}, not {asked}")
     return TunedCollective(plan, spec or _spec_of(plan, str(path)), run_backend, str(path))
 
 

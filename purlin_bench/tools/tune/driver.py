@@ -216,7 +216,8 @@ class _JobTuning:
             space=space,
             context={"op": inst.op, "collective": job.spec.name, "dtype": job.dtype, "ranks": job.ranks,
                      "backend": request.backend},
-            normalize=partial(effective_config, exec_params=backend_class(request.backend).params),
+            normalize=partial(effective_config, exec_params=backend_class(request.backend).params,
+                              variable=job.spec.variable),
             default=bench.service.default_config(inst),
             previous=self.previous.get(bucket.min_bytes),
         )

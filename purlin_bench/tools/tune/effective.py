@@ -23,9 +23,11 @@ from purlin_bench.strategies import STRATEGIES
 from purlin_bench.strategies.base import check_params
 
 
-def effective_config(config: RunConfig, exec_params: Sequence[Param] | None) -> RunConfig:
+def effective_config(config: RunConfig, exec_params: Sequence[Param] | None, variable: bool = False) -> RunConfig:
     """``config`` as a backend whose datapath parameters are ``exec_params``
-    runs it; ``None`` keeps every datapath parameter as given."""
+    runs it; ``None`` keeps every datapath parameter as given. ``variable``:
+    for a program whose sizes come per call, each parameter within the values
+    such a program runs with (Param.variable_choices)."""
     plan = dict(config.plan_params)
     strategy = STRATEGIES.get(config.strategy)
     if strategy is not None:
@@ -38,6 +40,10 @@ def effective_config(config: RunConfig, exec_params: Sequence[Param] | None) -> 
         datapath = given
     else:
         datapath = {p.name: given.get(p.name, p.default) for p in exec_params}
+        if variable:
+            for p in exec_params:
+                if p.variable_choices and datapath[p.name] not in p.variable_choices:
+                    datapath[p.name] = p.variable_choices[0]
     return RunConfig.make(config.strategy, plan, datapath)
 
 

@@ -50,12 +50,20 @@ PARAMS = (
     ),
     # No 1024: at 64 registers a thread the step interpreter spills (see tests/kernels/test_atoms_compile.py).
     Param("threads", 512, choices=(128, 256, 512), help="threads per block"),
-    Param("datapath", "sm", choices=("sm", "ce"), help="opening stages on SMs or on copy engines (cudaMemcpyAsync)"),
+    # Copy engines take their sizes when a call is enqueued: SMs for sizes per call (D44).
+    Param(
+        "datapath",
+        "sm",
+        choices=("sm", "ce"),
+        variable_choices=("sm",),
+        help="opening stages on SMs or on copy engines (cudaMemcpyAsync)",
+    ),
     Param("unroll", 2, choices=(1, 2, 4), help="16-byte vectors in flight per thread"),
     Param(
         "kernel",
         "interpreted",
         choices=tuple(KINDS),
+        variable_choices=tuple(label for label, kind in KINDS.items() if kind.variable_sizes),
         help="the step interpreter (atoms/snac.cu), or CUDA C++ generated for the program (compiled once per machine "
             "by NVRTC, cached on disk)",
     ),
