@@ -137,8 +137,8 @@ step_procs-smoke() {  # issue 14: a first look at ranks in processes on one GPU 
 step_tests-core() {  # the GPU tests but the multi-process and compiled ones (steps procs-check and compiled-tests run those)
   timeout ${TESTS_LIMIT:-330} python3 -m pytest -q -p no:cacheprovider -m gpu -k "${TESTS_K:-not procs and not compiled}" -o addopts="" --timeout 240 --maxfail 10 -rfE tests/ 2>&1 | tee "$OUT/gpu-tests.log" | tail -30
 }
-step_torch-tests() {  # the torch baseline against the NumPy reference, every spec (tests/test_gpu_torch_baseline.py)
-  timeout ${TORCH_TESTS_LIMIT:-120} python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 100 -rfE tests/test_gpu_torch_baseline.py 2>&1 | tee "$OUT/torch-tests.log" | tail -8
+step_torch-tests() {  # the torch baseline against the NumPy reference, every spec (tests/gpu/test_gpu_torch_baseline.py)
+  timeout ${TORCH_TESTS_LIMIT:-120} python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 100 -rfE tests/gpu/test_gpu_torch_baseline.py 2>&1 | tee "$OUT/torch-tests.log" | tail -8
 }
 step_procs-check() {  # issue 14's done-means on one GPU: every collective, strategy, dtype, count and root; PROCS_N processes
   for n in ${PROCS_N:-2 4}; do
@@ -161,11 +161,11 @@ step_procs-stacks() {  # issue 14: bench --procs on cupy printed nothing for 90-
     pkill -ABRT -P $pid; sleep 2; kill -ABRT $pid 2>/dev/null; sleep 3; kill $pid 2>/dev/null
   fi
   wait $pid; tail -120 "$OUT/procs-stacks.log"
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 190 -rfE tests/test_procs.py -k "one_gpu and bench" 2>&1 | tail -8
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 190 -rfE tests/procs/test_procs.py -k "one_gpu and bench" 2>&1 | tail -8
 }
 step_procs() {  # issue 14 on one GPU: bench, a killed rank, the torch example under torchrun, purlin under torchrun
   timeout 90 $PURLIN bench all-reduce --procs 2 --backend cupy -b 8 -e 1M -f 8 -n 5 -w 1 -G 3 --baseline nccl,default 2>&1 | tee "$OUT/procs-bench.log" | tail -14
-  timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 140 -rfE tests/test_procs.py -k "killing and cupy" 2>&1 | tee "$OUT/procs-kill.log" | tail -5
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 140 -rfE tests/procs/test_procs.py -k "killing and cupy" 2>&1 | tee "$OUT/procs-kill.log" | tail -5
   if [ -f examples/tp_mlp.py ]; then
     timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 2>&1 | tee "$OUT/procs-tp-mlp.log" | tail -6
     timeout 150 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 --dtype float32 2>&1 | tee -a "$OUT/procs-tp-mlp.log" | tail -3
@@ -182,7 +182,7 @@ step_procs-tune() {  # issue 14: a tune with ranks in processes on one GPU write
 }
 step_compiled() { step_compiled-tests; step_compiled-bench; }
 step_compiled-tests() {  # issue 16: the compiled datapath on the GPU, checked like the interpreter
-  timeout ${COMPILED_TESTS_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 200 --maxfail 5 -rfE -k "${COMPILED_TESTS_K:-not nothing}" tests/test_gpu_compiled.py 2>&1 | tee "$OUT/compiled-tests.log" | tail -12
+  timeout ${COMPILED_TESTS_LIMIT:-240} python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 200 --maxfail 5 -rfE -k "${COMPILED_TESTS_K:-not nothing}" tests/gpu/test_gpu_compiled.py 2>&1 | tee "$OUT/compiled-tests.log" | tail -12
 }
 step_compiled-bench() {  # issue 16: the compiled kernel timed beside the default (interpreted), torch and CuPy
   for d in float32 bfloat16; do  # the compiled kernel beside the default (interpreted) and CuPy, in one process
@@ -238,7 +238,7 @@ step_torch-gaps() {  # issue 16: where the compiled kernel loses to torch (gathe
 }
 step_procs-short() {  # issue 14 in four minutes: the torch example, a killed rank on the GPU, the compiled kernel beside the interpreter
   timeout 110 python3 -m torch.distributed.run --nproc-per-node 2 examples/tp_mlp.py --replays 100 2>&1 | tee "$OUT/procs-tp-mlp.log" | tail -8
-  timeout 60 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 55 -rfE tests/test_procs.py -k "killing and cupy" 2>&1 | tee "$OUT/procs-kill.log" | tail -5
+  timeout 60 python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 55 -rfE tests/procs/test_procs.py -k "killing and cupy" 2>&1 | tee "$OUT/procs-kill.log" | tail -5
   timeout 60 $PURLIN bench all-reduce -b 8 -e 64K -f 8 -n 20 -w 3 -G 5 -c 1 --kernel compiled --baseline torch,cupy,default --no-inplace 2>&1 | tee "$OUT/compiled-all-reduce.log" | tail -16
 }
 step_multi-gpu() {  # issue 6, on an nvidia-h200-x2/x4/x8 machine: check, bench against NCCL, tune, bench the plans
