@@ -323,9 +323,14 @@ def unsupported(backend: type[Backend], program: Program) -> str | None:
     """Why ``backend`` cannot run ``program`` (its dtype, variable sizes), or None."""
     if program.dtype not in backend.dtypes:
         return f"backend {backend.name} does not move {program.dtype} yet (it moves {', '.join(backend.dtypes)})"
-    if program.variable and not backend.variable_sizes:
-        return f"backend {backend.name} runs no variable-size program yet ({program.collective}'s sizes come per call)"
-    return None
+    return refuses_sizes_per_call(backend, program.collective) if program.variable else None
+
+
+def refuses_sizes_per_call(backend: type[Backend], collective: str) -> str | None:
+    """Why ``backend`` cannot run ``collective``, whose sizes come per call (None: it can)."""
+    if backend.variable_sizes:
+        return None
+    return f"backend {backend.name} runs no variable-size program yet ({collective}'s sizes come per call)"
 
 
 def check_inputs(program: Program, inputs: Sequence[np.ndarray]) -> None:

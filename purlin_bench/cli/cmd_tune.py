@@ -22,6 +22,7 @@ from rich.text import Text
 from purlin_bench.cli import common, limits, outputs
 from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.backends import AUTO, names, resolve as resolve_backend
+from purlin_bench.backends.port import refuses_sizes_per_call
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.base.errors import PurlinError
 from purlin_bench.base.sizes import counted, parse_bytes
@@ -289,15 +290,12 @@ def _runnable(specs, backend_cls, everything: bool, notes: list[str]) -> tuple:
     """The specs this backend can tune: one whose sizes come per call on a
     backend that runs none is refused in one line, or left out of 'all' with
     a note (as bench refuses it), not tried trial after trial."""
-    if backend_cls.variable_sizes:
-        return specs
-    left = [spec.name for spec in specs if spec.variable]
+    left = [spec.name for spec in specs if spec.variable and refuses_sizes_per_call(backend_cls, spec.name)]
     if left and not everything:
-        raise PurlinError(f"backend {backend_cls.name} runs no variable-size program yet ({left[0]}'s sizes come "
-                          f"per call)")
+        raise PurlinError(refuses_sizes_per_call(backend_cls, left[0]))
     if left:
         notes.append(f"'all' leaves out {', '.join(left)}: backend {backend_cls.name} runs no variable-size program")
-    return tuple(spec for spec in specs if not spec.variable)
+    return tuple(spec for spec in specs if spec.name not in left)
 
 
 def _label(study: str, bucket: str | None = None) -> str:

@@ -12,8 +12,6 @@ process can run the next collective.
 
 from __future__ import annotations
 
-
-
 from purlin_bench.backends.cupy.runtime.buffers import RunnerBuffers
 from purlin_bench.backends.cupy.codegen.lower import Lowered, lower
 from purlin_bench.backends.cupy.runtime.launch import KINDS, InterpretedLaunch, Launch, _np_storage
