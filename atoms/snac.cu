@@ -206,23 +206,28 @@ __device__ __forceinline__ i64 var_shift(const int* vt, const i64* counts, const
     return shift;
 }
 
-// Thread 0 of block 0 reports the first count outside its capacity (the
-// call runs with it clamped; the host raises on its next look at the status
-// words). One thread, plain stores: the words are host memory (see above).
+// Count `id` of the call was `n`, outside its capacity: say so in the status
+// words, once (the call runs with it clamped; the host raises on its next
+// look at them). One thread of a launch, plain stores: the words are host
+// memory (see above).
+__device__ __forceinline__ void report_bad_count(i64* status, int id, i64 n) {
+    if (*(volatile i64*)(status + STATUS_BAD_COUNT)) return;
+    status[STATUS_BAD_COUNT + 1] = id;
+    status[STATUS_BAD_COUNT + 2] = n;
+    __threadfence_system();
+    *(volatile i64*)(status + STATUS_BAD_COUNT) = 1;
+    __threadfence_system();  // the slot's mark before the summary's (status.py, recheck)
+    i64* summary = (i64*)*(volatile u64*)(status + STATUS_SUMMARY);
+    if (summary) *(volatile i64*)summary = 1;
+}
+
+// Thread 0 of block 0 reports the first count outside its capacity.
 __device__ void check_counts(const int* vt, const i64* counts, i64* status) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     for (int id = 0; id < vt[0]; ++id) {
         const i64 n = counts[id];
         if (n >= 0 && n <= vt[3 + id]) continue;
-        if (!*(volatile i64*)(status + STATUS_BAD_COUNT)) {
-            status[STATUS_BAD_COUNT + 1] = id;
-            status[STATUS_BAD_COUNT + 2] = n;
-            __threadfence_system();
-            *(volatile i64*)(status + STATUS_BAD_COUNT) = 1;
-            __threadfence_system();  // the slot's mark before the summary's (status.py, recheck)
-            i64* summary = (i64*)*(volatile u64*)(status + STATUS_SUMMARY);
-            if (summary) *(volatile i64*)summary = 1;
-        }
+        report_bad_count(status, id, n);
         return;
     }
 }

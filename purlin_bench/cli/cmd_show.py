@@ -79,9 +79,6 @@ def show(
         why = unsupported(gpu, program)  # sizes per call, fp8: lowered as fixed ones they would print wrong code
         if why:
             raise PurlinError(f"--source: {why}")
-        if program.variable:
-            raise PurlinError("--source: the compiled datapath needs fixed sizes; a variable-size program runs the "
-                              "interpreter, atoms/snac.cu built with PURLIN_VARIABLE=1")
         print(gpu(ranks).source(program, blocks=blocks, unroll=unroll, kernel="compiled"), end="")
         return
     console.print(render_rich(program))

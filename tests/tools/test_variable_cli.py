@@ -79,12 +79,18 @@ def test_check_table_has_a_counts_column_only_with_variable_sizes(capsys):
             "unknown --counts 'zipf' (known: uniform, skewed, hot, sparse)",
         ),
         (("check", "all-gather-v,nope"), "unknown collective 'nope'"),
-        (("show", "all-to-all-v", "--source"), "--source: the compiled datapath needs fixed sizes"),
         (("show", "all-reduce", "--dtype", "e5m2", "--source"), "--source: backend cupy does not move float8_e5m2 yet"),
     ],
 )
 def test_what_is_not_supported_is_one_line(capsys, args, fragment):
     assert_one_line_error(*purlin(capsys, *args), fragment)
+
+
+def test_show_source_of_a_variable_collective_reads_its_counts(capsys):
+    code, out, _ = purlin(capsys, "show", "all-to-all-v", "--ranks", "3", "--count", "64", "--source")
+    assert code == 0 and "const i64* __restrict__ counts) {" in out
+    # every rank's group loads the 9 counts' clamped values it uses, none past its capacity of 64
+    assert "const i64 c8 = clamp_count(__ldg(counts + 8), 64ll);" in out and "var_move(" in out
 
 
 def test_a_users_own_variable_collective_from_examples(capsys):

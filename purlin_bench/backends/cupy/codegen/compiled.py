@@ -28,6 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
+from purlin_bench.backends.cupy.codegen import variable
 from purlin_bench.backends.cupy.codegen.lower import BUFFER_INDEX, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE, Lowered
 from purlin_bench.base.errors import CapacityError, ProgramError
 from purlin_bench.program.model import Program, Ref
@@ -241,15 +242,28 @@ def _ordered_without_barrier(before, op, layout: BaseLayout) -> bool:
 
 
 def _group_code(
-    ops, begin: int, end: int, rank: int, channel: int, layout: BaseLayout, jitter: bool = False
+    ops,
+    begin: int,
+    end: int,
+    rank: int,
+    channel: int,
+    layout: BaseLayout,
+    jitter: bool = False,
+    sized: tuple[list, tuple[int, ...]] | None = None,
 ) -> list[str]:
     """A group's ops with every slice address and vector split a constant:
     no per-op setup by thread 0, no pointers through shared memory, and a
     barrier only where one orders something (after a wait, before a
     notify, between ops that hand elements from thread to thread).
     ``jitter`` adds the test mode's delays (snac.cu's jitter()) at each op's
-    start, before each wait and before each notify, and no barrier."""
+    start, before each wait and before each notify, and no barrier.
+    ``sized`` (a variable program's ops as variable.var_ops reads them, and
+    its count capacities) sizes the slices from the call's counts."""
     lines: list[str] = []
+    registers = True
+    if sized is not None:
+        lines.extend(variable.count_loads(sized[0][begin:end], sized[1]))
+        registers = variable.in_registers(variable.group_counts(sized[0][begin:end]))
     moved: list = []  # ops since the last barrier
     for k in range(begin, end):
         op = ops[k]
@@ -261,14 +275,21 @@ def _group_code(
         if nwait:
             lines.append(_wait_code(op, rank, channel, jitter))
             moved = []
-        elif kind != OP_NONE and not _ordered_without_barrier(moved, op, layout):
+        elif kind != OP_NONE and (
+            variable.shares_written_buffer(moved, op, layout)
+            if sized is not None
+            else not _ordered_without_barrier(moved, op, layout)
+        ):
             lines.append("    __syncthreads();  // this op reads or writes elements another thread moved")
             moved = []
         elif kind != OP_NONE and moved:
             # No barrier, but the compiler must not move this op's loads
             # (asm volatile, no memory clobber) above the last op's plain stores.
             lines.append('    asm volatile("" ::: "memory");')
-        if kind != OP_NONE:
+        if kind != OP_NONE and sized is not None:
+            lines.append(variable.move_code(sized[0][k], nsrc, _KIND[kind], registers))
+            moved.append(op)
+        elif kind != OP_NONE:
             aligned, head = layout.split(op)
             lines.append(
                 f"    {{ char* const src[{nsrc}] = {{{_slices(op['src'][:nsrc])}}};"
@@ -307,6 +328,7 @@ def generate(
             f" at most {max_weight}: its build would take minutes): use kernel=interpreted (or larger slices)"
         )
     ops = lowered.ops
+    sized = None if lowered.sizes is None else (variable.var_ops(lowered), variable.caps_of(lowered))
     flagged = bool(len(ops)) and bool((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any())
     out = [f"  const int B = {blocks};"]
     out.append("  const int bi = blockIdx.x % B;")
@@ -322,10 +344,13 @@ def generate(
     out.append("  const i64 tid = (i64)bi * blockDim.x + threadIdx.x;")
     out.append("  const i64 stride = (i64)B * blockDim.x;")
     out.append("  (void)tid; (void)stride;  // a program without data uses neither")
+    if sized is not None:
+        out.extend(variable.check_code(sized[1]))
+        out.extend(variable.shared_counts(lowered, sized[0]))
     out.append("  switch (blockIdx.x / B) {")
     for g, (begin, end, rank, channel) in enumerate(lowered.groups.tolist()):
         out.append(f"  case {g}: {{  // rank {rank} channel {channel}")
-        out.extend(_group_code(ops, begin, end, rank, channel, layout, jitter))
+        out.extend(_group_code(ops, begin, end, rank, channel, layout, jitter, sized))
         out.append("  } break;")
     out.append("  }")
     if flagged:
@@ -336,16 +361,19 @@ def generate(
     params = [f"{'char' if n[0] == 'b' else 'u64'}* {n}" for n in names]
     head = [
         primitives(snac_source),
-        _PROLOGUE,
+        _PROLOGUE + (variable.PROLOGUE if sized is not None else ""),
         f"// {len(lowered.groups)} groups, {len(ops)} ops, {blocks} blocks a group",
     ]
     head.append(f'extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOCKS) {KERNEL}(')
     if params:
         head.append("    " + ", ".join(params) + ",")
-    head.append("    u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns) {")
+    # A variable program's counts for the call (i64, one per chunk name) come last.
+    counts = ", const i64* __restrict__ counts" if sized is not None else ""
+    head.append(f"    {_FIXED_PARAMS}{counts}) {{")
     return "\n".join(head + out) + "\n"
 
 
+_FIXED_PARAMS = "u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns"
 _OPTIONS_LINE = "// nvrtc "
 
 
@@ -362,9 +390,9 @@ def options_of(text: str) -> tuple[str, ...]:
 
 def params_of(source: str) -> tuple[str, ...]:
     """The slice and flag bases (``b3``, ``f0``) ``generate``'s kernel takes,
-    in order, before its four fixed parameters."""
-    signature = source.split(f"{KERNEL}(", 1)[1].split(")", 1)[0]
-    return tuple(p.split("*")[-1].strip() for p in signature.split(",")[:-4])
+    in order, before its fixed parameters."""
+    signature = source.split(f"{KERNEL}(", 1)[1].split(_FIXED_PARAMS, 1)[0]
+    return tuple(p.split("*")[-1].strip() for p in signature.split(",") if p.strip())
 
 
 def compiled_kernel(source: str, options: tuple[str, ...], device: int):

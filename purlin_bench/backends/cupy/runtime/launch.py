@@ -137,7 +137,8 @@ class CompiledLaunch(Launch):
 
     label = "compiled"
     base_align = BASE_ALIGN  # the generated vector splits assume it (BaseLayout)
-    variable_sizes = False  # slice sizes and vector splits are constants of the generated code (D44)
+    # Slice sizes and addresses from the call's counts, in registers (codegen/variable.py, D46).
+    variable_sizes = True
 
     def build(self, runner: "CupyRunner") -> tuple[object, tuple[str, ...]]:
         # Lowered again with flag ids: they become parameter offsets.
@@ -179,7 +180,8 @@ class CompiledLaunch(Launch):
         ]
 
     def _arguments(self, runner: "CupyRunner", slot: int) -> tuple:
-        return (*self.args[slot], self.epochs, self.status, runner.abort, np.uint64(runner.timeout_ns))
+        counts = (np.uint64(runner.counts_of(self.ranks[0], slot)),) if self.sizes is not None else ()
+        return (*self.args[slot], self.epochs, self.status, runner.abort, np.uint64(runner.timeout_ns), *counts)
 
 
 # The datapath's ``kernel`` parameter -> the launch of that kind.

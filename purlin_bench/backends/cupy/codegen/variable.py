@@ -1,0 +1,211 @@
+"""The compiled datapath for sizes that come per call (issue 31, D46).
+
+A variable program's slices move with the call's counts (lower.py's
+variable_table says how: a slice lies at its packed offset plus the counts
+of the chunks before it; an op moves its window clipped by one count). The
+interpreter reads all that from the size table per op, per call. Here it
+becomes code: each (rank, channel) group loads the counts its ops use once,
+clamped to their capacities (constants), into registers; every op's count
+and slice addresses are then sums of those registers and constants. What a
+count decides at run time stays a run-time value: the vector split (an
+address modulo 16 bytes) is worked out per op by every thread from
+registers, and a barrier is kept between any two ops that share a buffer
+one of them writes (their ranges are not known when the code is built).
+
+One build serves every call whatever its counts, as the interpreter's does,
+and a count outside its capacity is reported the interpreter's way
+(snac.cu's report_bad_count) by thread 0 of block 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from purlin_bench.backends.cupy.codegen.lower import OFFSET_BITS, VAR_RECORD, Lowered
+
+# Appended to the generated kernel's prologue for a variable program only:
+# the fixed programs' source (and so their build cache) stays as it was.
+PROLOGUE = r"""
+// A count of the call clamped to its capacity: no count a GPU computed can
+// move a slice out of its buffer.
+__device__ __forceinline__ i64 clamp_count(i64 n, i64 cap) { return n < 0 ? 0 : (n > cap ? cap : n); }
+
+// One op whose slice addresses are known only at run time: the vector split
+// snac.cu's interpreter works out (the same offset within 16 bytes at every
+// slice, or element by element), by every thread from its registers.
+template <int NS, int ND>
+__device__ __forceinline__ void var_move(int kind, i64 count, char* const (&src)[NS], char* const (&dst)[ND],
+                                         i64 tid, i64 stride) {
+    const u64 mis = (u64)src[0] & 15u;
+    bool same = (mis % sizeof(S)) == 0;
+#pragma unroll
+    for (int k = 1; k < NS; ++k) same &= ((u64)src[k] & 15u) == mis;
+#pragma unroll
+    for (int k = 0; k < ND; ++k) same &= ((u64)dst[k] & 15u) == mis;
+    i64 head = same ? ((16 - (i64)mis) & 15) / (i64)sizeof(S) : 0;
+    head = head < count ? head : count;
+    move_op<PURLIN_UNROLL>(kind, count, NS, ND, src, dst, same, (int)head, tid, stride);
+}
+"""
+
+
+@dataclass(frozen=True)
+class VarSlice:
+    base: int  # slice base index (3 * rank + buffer)
+    offset: int  # elements past the base with every count before it 0
+    ids: tuple[int, ...]  # the counts whose sum it lies past
+
+
+@dataclass(frozen=True)
+class VarOp:
+    """One op of a variable launch as the code computes it: ``window``
+    elements from ``at`` on, clipped by count ``clip`` (None: not clipped)."""
+
+    clip: int | None
+    at: int
+    window: int
+    slices: tuple[VarSlice, ...]  # sources, then destinations
+
+    def ids(self) -> set[int]:
+        return ({self.clip} if self.clip is not None else set()) | {i for s in self.slices for i in s.ids}
+
+    def count(self, counts: list[int]) -> int:
+        """Its elements for clamped ``counts`` (the generated code's reading)."""
+        if self.clip is None:
+            return self.window
+        return max(0, min(self.window, counts[self.clip] - self.at))
+
+    def offsets(self, counts: list[int]) -> list[tuple[int, int]]:
+        """(base index, element offset) of each slice for clamped ``counts``."""
+        return [(s.base, s.offset + sum(counts[i] for i in s.ids)) for s in self.slices]
+
+
+def caps_of(lowered: Lowered) -> tuple[int, ...]:
+    vt = lowered.sizes
+    return tuple(int(c) for c in vt[3 : 3 + int(vt[0])])
+
+
+def var_ops(lowered: Lowered) -> list[VarOp]:
+    """The lowered ops with their size-table records read (None for an op that moves nothing)."""
+    vt, ops = lowered.sizes, lowered.ops
+    records, ids = int(vt[1]), int(vt[2])
+    out = []
+    for o, op in enumerate(ops):
+        if not int(op["op"]):
+            out.append(None)
+            continue
+        rec = vt[records + o * VAR_RECORD : records + (o + 1) * VAR_RECORD]
+        words = [*op["src"][: int(op["nsrc"])], *op["dst"][: int(op["ndst"])]]
+        slices = []
+        for k, word in enumerate(words):
+            first, n = int(rec[2 + 2 * k]), int(rec[3 + 2 * k])
+            slices.append(
+                VarSlice(
+                    int(word) >> OFFSET_BITS,
+                    int(word) & ((1 << OFFSET_BITS) - 1),
+                    tuple(int(i) for i in vt[ids + first : ids + first + n]),
+                )
+            )
+        clip = None if int(rec[0]) < 0 else int(rec[0])
+        out.append(VarOp(clip, int(rec[1]), int(op["count"]), tuple(slices)))
+    return out
+
+
+# A group using more counts than this keeps them in shared memory, not in
+# registers: an all-to-all-v two-shot group at 8 ranks reads all 64, and
+# held in registers (two each) they spilled 168 bytes (nvcc, sm_90).
+MAX_COUNT_REGISTERS = 16
+SHARED = "purlin_counts"  # the shared array's name
+
+
+def group_counts(vops: list[VarOp | None]) -> list[int]:
+    """The counts a group's ops read."""
+    return sorted(set().union(*(v.ids() for v in vops if v is not None)))
+
+
+def in_registers(used: list[int]) -> bool:
+    return len(used) <= MAX_COUNT_REGISTERS
+
+
+def count_loads(vops: list[VarOp | None], caps: tuple[int, ...]) -> list[str]:
+    """A group's counts, loaded once at its start (all at once) and clamped:
+    into registers (``c<i>``), or past MAX_COUNT_REGISTERS by one thread each
+    into shared memory, read after a barrier."""
+    used = group_counts(vops)
+    if in_registers(used):
+        return [f"    const i64 c{i} = clamp_count(__ldg(counts + {i}), {caps[i]}ll);" for i in used]
+    ids = ", ".join(map(str, used))
+    bounds = ", ".join(f"{caps[i]}ll" for i in used)
+    return [
+        f"    {{ const int id[{len(used)}] = {{{ids}}}; const i64 cap[{len(used)}] = {{{bounds}}};",
+        f"      for (int k = threadIdx.x; k < {len(used)}; k += blockDim.x)"
+        f" {SHARED}[id[k]] = clamp_count(__ldg(counts + id[k]), cap[k]); }}",
+        "    __syncthreads();  // the group's counts, in shared memory",
+    ]
+
+
+def shared_counts(lowered: Lowered, vops: list[VarOp | None]) -> list[str]:
+    """The kernel's shared array of counts, where a group keeps them there."""
+    for begin, end, _, _ in lowered.groups.tolist():
+        if not in_registers(group_counts(vops[begin:end])):
+            return [f"  __shared__ i64 {SHARED}[{len(caps_of(lowered))}];"]
+    return []
+
+
+def move_code(vop: VarOp, nsrc: int, kind: str, registers: bool) -> str:
+    """One op's data movement: its count and slice addresses from the counts
+    count_loads left (in registers when ``registers``, else in shared memory)."""
+
+    def c(i: int) -> str:
+        return f"c{i}" if registers else f"{SHARED}[{i}]"
+
+    if vop.clip is None:
+        count = f"{vop.window}ll"
+    else:
+        left = f"{c(vop.clip)} - {vop.at}ll" if vop.at else c(vop.clip)
+        count = f"min(max({left}, (i64)0), (i64){vop.window})"
+
+    def address(s: VarSlice) -> str:
+        shift = "".join(f" + {c(i)}" for i in s.ids)
+        return f"b{s.base} + ({s.offset}ll{shift}) * (i64)sizeof(S)"
+
+    srcs = ", ".join(address(s) for s in vop.slices[:nsrc])
+    dsts = ", ".join(address(s) for s in vop.slices[nsrc:])
+    ndst = len(vop.slices) - nsrc
+    return (
+        f"    {{ char* const src[{nsrc}] = {{{srcs}}}; char* const dst[{ndst}] = {{{dsts}}};"
+        f" var_move({kind}, {count}, src, dst, tid, stride); }}"
+    )
+
+
+def shares_written_buffer(before: list, op, layout) -> bool:
+    """True when ``op`` touches a buffer an op in ``before`` touched, either
+    writing: with sizes per call their ranges are unknown here, so they may
+    overlap and a barrier must order them."""
+    def touched(o):
+        nsrc = int(o["nsrc"])
+        return [
+            (layout.span(p, 0)[0], k >= nsrc)
+            for k, p in enumerate([*o["src"][:nsrc], *o["dst"][: int(o["ndst"])]])
+        ]
+
+    mine = touched(op)
+    for prev in before:
+        for key, wrote in touched(prev):
+            if any(key == k and (wrote or w) for k, w in mine):
+                return True
+    return False
+
+
+def check_code(caps: tuple[int, ...]) -> list[str]:
+    """Thread 0 of block 0 reports the first count outside its capacity, its loads issued together."""
+    lines = ["  if (blockIdx.x == 0 && threadIdx.x == 0) {", "    int bad = -1; i64 seen = 0;"]
+    # Last to first, so the first bad count is the one left in `bad`.
+    for i in reversed(range(len(caps))):
+        lines.append(
+            f"    {{ const i64 n = __ldg(counts + {i}); if (n < 0 || n > {caps[i]}ll) {{ bad = {i}; seen = n; }} }}"
+        )
+    lines.append("    if (bad >= 0) report_bad_count(status, bad, seen);")
+    lines.append("  }")
+    return lines
+
