@@ -85,6 +85,11 @@ class Communicator:
         self._specs: dict[str, Any] = {}
         self._closed = False
         self._failure: str | None = None  # set once a call failed: every later call raises it
+        self._dtype_names = {getattr(torch, name): name for name in DTYPES}
+        # The current stream's raw handle without a Stream object a call (as
+        # Triton's launcher asks it); torch's public call where that is absent.
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self._current_stream = raw or (lambda device: torch.cuda.current_stream(device).cuda_stream)
         cls = gpu_backend()  # before any rank waits on another: every rank fails alike here
         self.group, self._server = join_group(tdist, group, self.rank, self.size, self.timeout_s)
         try:
@@ -241,11 +246,12 @@ class Communicator:
         return self._specs[collective]
 
     def _check(self, t, what: str) -> str:
-        torch = self._torch
-        if not torch.is_tensor(t) or not t.is_cuda or t.device.index != self.device:
+        # Per call: plain attribute reads and one dict lookup (a torch.device
+        # object or a dtype's string a call would cost host time every layer).
+        if not self._torch.is_tensor(t) or not t.is_cuda or t.get_device() != self.device:
             raise PurlinError(f"{what} must be a CUDA tensor on GPU {self.device}")
-        dtype = _dtype_name(t)
-        if dtype not in DTYPES:
+        dtype = self._dtype_names.get(t.dtype)
+        if dtype is None:
             raise PurlinError(f"{what} is {t.dtype}; purlin_bench.torch takes {', '.join(DTYPES)}")
         if not t.is_contiguous():
             raise PurlinError(f"{what} must be contiguous")
@@ -270,8 +276,7 @@ class Communicator:
         counts = self._counts(prepared, collective, counts)
         if out is None:
             out = torch.empty(prepared.out_count, dtype=x.dtype, device=x.device)
-        stream = torch.cuda.current_stream(x.device)
-        self._enqueue(prepared, x, out, stream, counts)
+        self._enqueue(prepared, x, out, self._current_stream(self.device), counts)
         return out
 
     def _counts(self, p: _Prepared, collective: str, counts):
@@ -334,14 +339,12 @@ class Communicator:
         self._prepared[ident] = prepared
         return prepared
 
-    def _enqueue(self, p: _Prepared, x, out, stream, counts=None) -> None:
+    def _enqueue(self, p: _Prepared, x, out, stream: int, counts=None) -> None:
         try:
             with self.backend.guard():
-                p.runner.enqueue(
-                    stream.cuda_stream, p.rank, x.data_ptr(), out.data_ptr(), counts.data_ptr() if p.ncounts else 0
-                )
+                p.runner.enqueue(stream, p.rank, x.data_ptr(), out.data_ptr(), counts.data_ptr() if p.ncounts else 0)
                 if self.debug and not self._torch.cuda.is_current_stream_capturing():
-                    stream.synchronize()
+                    self._torch.cuda.current_stream(self.device).synchronize()
                     self._raise_if_failed(scan=True)
         except PurlinError:
             raise

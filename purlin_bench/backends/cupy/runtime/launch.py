@@ -59,6 +59,7 @@ class Launch:
             self.cooperative = bool(len(lowered.ops)) and bool((lowered.ops["nwait"] > 0).any())
             self.sizes = None if lowered.sizes is None else cupy.asarray(lowered.sizes)
         self.arg_cache: dict[int, tuple] = {}
+        self.packed: dict[int, tuple[int, object]] = {}  # buffer set -> enqueue's packed parameters
 
     def build(self, runner: "CupyRunner") -> tuple[object, tuple[str, ...]]:
         """This launch's kernel and the names of the bases it takes as parameters."""
@@ -82,6 +83,42 @@ class Launch:
 
     def _arguments(self, runner: "CupyRunner", slot: int) -> tuple:
         raise NotImplementedError
+
+    def enqueue(self, runner: "CupyRunner", stream: int, slot: int) -> None:
+        """Launch on the stream whose handle is ``stream`` with the kernel
+        parameters packed once per buffer set: one driver call, where CuPy's
+        kernel call converts every argument again on each call (host time a
+        serving stack pays per layer). The caller makes this launch's device
+        current."""
+        from cupy.cuda import driver
+
+        packed = self.packed.get(slot)
+        if packed is None:
+            packed = self.packed[slot] = _pack(self.arguments(runner, slot))
+        launch = driver.launchCooperativeKernel if self.cooperative else driver.launchKernel
+        extra = () if self.cooperative else (0,)
+        # RawKernel.kernel is per device (the current one): this launch's device is current here.
+        launch(self.kernel.kernel.ptr, self.grid, 1, 1, runner.threads, 1, 1, 0, stream, packed[0], *extra)
+
+
+def _pack(args: tuple) -> tuple[int, object]:
+    """cuLaunchKernel's kernelParams for ``args`` (device arrays and NumPy
+    scalars, as CuPy takes them): the array's address, and what it points
+    into, which must live as long as the address is used."""
+    import ctypes
+
+    values = []
+    for arg in args:
+        if isinstance(arg, np.generic):  # at its dtype's width, as CuPy's CScalar stores it
+            values.append(np.ctypeslib.as_ctypes_type(arg.dtype)(arg.item()))
+        elif hasattr(arg, "data") and hasattr(arg.data, "ptr"):
+            # A device array: its address. CuPy passes a CArray whose first
+            # field is that address, and the kernels take plain T* (8 bytes).
+            values.append(ctypes.c_void_p(arg.data.ptr))
+        else:
+            raise TypeError(f"a kernel argument must be a NumPy scalar or a device array, got {type(arg).__name__}")
+    params = (ctypes.c_void_p * len(values))(*(ctypes.addressof(v) for v in values))
+    return ctypes.addressof(params), (params, values)
 
 
 class InterpretedLaunch(Launch):

@@ -201,20 +201,11 @@ class CupyRunner(RunnerBuffers):
             # One kernel on the caller's stream, nothing to fork or join:
             # the path every call of a process's rank takes.
             launch = self.launches[0]
-            args = launch.arguments(self, slot)
             if cupy.cuda.runtime.getDevice() == launch.device:
-                launch.kernel.kernel(
-                    (launch.grid,), (self.threads,), args, stream=stream, enable_cooperative_groups=launch.cooperative
-                )
+                launch.enqueue(self, stream.ptr, slot)
             else:
                 with cupy.cuda.Device(launch.device):
-                    launch.kernel.kernel(
-                        (launch.grid,),
-                        (self.threads,),
-                        args,
-                        stream=stream,
-                        enable_cooperative_groups=launch.cooperative,
-                    )
+                    launch.enqueue(self, stream.ptr, slot)
             return
         start = cupy.cuda.Event(disable_timing=True)
         start.record(stream)
@@ -272,14 +263,19 @@ class CupyRunner(RunnerBuffers):
         if counts_bytes and not counts:
             raise ExecutionError(f"{self.program.collective} takes its counts per call: none were given")
         rt = cupy.cuda.runtime
-        with cupy.cuda.Device(device):
-            if in_bytes:
-                rt.memcpyAsync(in_ptr, src, in_bytes, rt.memcpyDeviceToDevice, stream)
-            if counts_bytes:  # on the stream: a graph replays it with the counts of each replay
-                rt.memcpyAsync(counts_ptr, counts, counts_bytes, rt.memcpyDeviceToDevice, stream)
+        if rt.getDevice() != device:
+            with cupy.cuda.Device(device):
+                return self.enqueue(stream, rank, src, dst, counts, slot)
+        if in_bytes:
+            rt.memcpyAsync(in_ptr, src, in_bytes, rt.memcpyDeviceToDevice, stream)
+        if counts_bytes:  # on the stream: a graph replays it with the counts of each replay
+            rt.memcpyAsync(counts_ptr, counts, counts_bytes, rt.memcpyDeviceToDevice, stream)
+        if self._single:  # the raw handle: no stream object a call
+            self.launches[0].enqueue(self, stream, slot)
+        else:
             self.launch(view, slot)
-            if out_bytes:
-                rt.memcpyAsync(dst, out_ptr, out_bytes, rt.memcpyDeviceToDevice, stream)
+        if out_bytes:
+            rt.memcpyAsync(dst, out_ptr, out_bytes, rt.memcpyDeviceToDevice, stream)
 
     def _stream_call(self, stream: int, rank: int, slot: int) -> tuple:
         import cupy
