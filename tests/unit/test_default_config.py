@@ -176,16 +176,14 @@ def test_copy_engines_take_large_single_consumer_flows_on_one_gpu_only():
 
 
 @pytest.mark.parametrize("name", ("all-gather-v", "reduce-scatter-v", "all-to-all-v"))
-def test_variable_sizes_stay_on_sms_and_compile_as_fixed_ones_do(name):
-    """Copy engines fix sizes when a call is enqueued: sizes that come per
-    call run on SMs at every size (all-to-all at 256 MiB would otherwise take
-    'ce'); the compiled kernel reads them from the counts (D46), within the
-    bounds fixed programs compile in (D12)."""
+def test_variable_sizes_default_to_the_interpreter_on_sms(name):
+    """Copy engines fix sizes when a call is enqueued; sizes that come per
+    call run the interpreter on SMs (D44) at every size (all-to-all at 256 MiB
+    would otherwise take 'ce'): the compiled kernel reads them too, but is
+    not the default before it is timed against it (D46)."""
     for nbytes in (8, 1 << 20, 256 << 20):
         params = dict(default_config(_at(name, nbytes)).exec_params)
-        assert params.get("datapath", "sm") == "sm", params
-        compiled = nbytes * 8 <= 64 << 20  # the largest buffer (an output of all 8 ranks' chunks) within D12's bound
-        assert params.get("kernel", "interpreted") == ("compiled" if compiled else "interpreted"), (nbytes, params)
+        assert params.get("datapath", "sm") == "sm" and params.get("kernel", "interpreted") == "interpreted", params
 
 
 def test_a_large_variable_all_to_all_takes_one_channel_a_small_one_a_channel_per_flow():
