@@ -175,7 +175,7 @@ class Communicator:
         try:
             if self._closed or not self._torch.is_tensor(tensor) or not tensor.is_cuda:
                 return False
-            if tensor.device.index != self.device or _dtype_name(tensor) not in DTYPES:
+            if tensor.get_device() != self.device or tensor.dtype not in self._dtype_names:
                 return False
             if not tensor.is_contiguous() or tensor.data_ptr() % _ALIGN or tensor.numel() == 0:
                 return False
@@ -350,7 +350,3 @@ class Communicator:
             raise
         except RuntimeError as exc:  # torch's own CUDA errors
             raise ExecutionError(f"{type(exc).__name__}: {exc}") from None
-
-
-def _dtype_name(t) -> str:
-    return str(t.dtype).removeprefix("torch.")

@@ -241,6 +241,19 @@ def _ordered_without_barrier(before, op, layout: BaseLayout) -> bool:
     return True
 
 
+def _shares_written_buffer(before, op, layout: BaseLayout) -> bool:
+    """The rule for sizes per call: ``op`` touches a buffer an op in
+    ``before`` touched, either writing. Their ranges move with the counts,
+    unknown here, so they may overlap and a barrier must order them."""
+    mine = [(key, writes) for (key, _, _), writes in _accesses(op, layout)]
+    return any(
+        key == key2 and (wrote or writes)
+        for prev in before
+        for (key, _, _), wrote in _accesses(prev, layout)
+        for key2, writes in mine
+    )
+
+
 def _group_code(
     ops,
     begin: int,
@@ -263,7 +276,7 @@ def _group_code(
     registers = True
     if sized is not None:
         lines.extend(variable.count_loads(sized[0][begin:end], sized[1]))
-        registers = variable.in_registers(variable.group_counts(sized[0][begin:end]))
+        registers = variable.in_registers(sized[0][begin:end])
     moved: list = []  # ops since the last barrier
     for k in range(begin, end):
         op = ops[k]
@@ -276,7 +289,7 @@ def _group_code(
             lines.append(_wait_code(op, rank, channel, jitter))
             moved = []
         elif kind != OP_NONE and (
-            variable.shares_written_buffer(moved, op, layout)
+            _shares_written_buffer(moved, op, layout)
             if sized is not None
             else not _ordered_without_barrier(moved, op, layout)
         ):

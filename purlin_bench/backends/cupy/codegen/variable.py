@@ -69,16 +69,6 @@ class VarOp:
     def ids(self) -> set[int]:
         return ({self.clip} if self.clip is not None else set()) | {i for s in self.slices for i in s.ids}
 
-    def count(self, counts: list[int]) -> int:
-        """Its elements for clamped ``counts`` (the generated code's reading)."""
-        if self.clip is None:
-            return self.window
-        return max(0, min(self.window, counts[self.clip] - self.at))
-
-    def offsets(self, counts: list[int]) -> list[tuple[int, int]]:
-        """(base index, element offset) of each slice for clamped ``counts``."""
-        return [(s.base, s.offset + sum(counts[i] for i in s.ids)) for s in self.slices]
-
 
 def caps_of(lowered: Lowered) -> tuple[int, ...]:
     vt = lowered.sizes
@@ -123,8 +113,9 @@ def group_counts(vops: list[VarOp | None]) -> list[int]:
     return sorted(set().union(*(v.ids() for v in vops if v is not None)))
 
 
-def in_registers(used: list[int]) -> bool:
-    return len(used) <= MAX_COUNT_REGISTERS
+def in_registers(vops: list[VarOp | None]) -> bool:
+    """Whether a group's ops read few enough counts to hold them in registers."""
+    return len(group_counts(vops)) <= MAX_COUNT_REGISTERS
 
 
 def count_loads(vops: list[VarOp | None], caps: tuple[int, ...]) -> list[str]:
@@ -132,7 +123,7 @@ def count_loads(vops: list[VarOp | None], caps: tuple[int, ...]) -> list[str]:
     into registers (``c<i>``), or past MAX_COUNT_REGISTERS by one thread each
     into shared memory, read after a barrier."""
     used = group_counts(vops)
-    if in_registers(used):
+    if in_registers(vops):
         return [f"    const i64 c{i} = clamp_count(__ldg(counts + {i}), {caps[i]}ll);" for i in used]
     ids = ", ".join(map(str, used))
     bounds = ", ".join(f"{caps[i]}ll" for i in used)
@@ -146,10 +137,9 @@ def count_loads(vops: list[VarOp | None], caps: tuple[int, ...]) -> list[str]:
 
 def shared_counts(lowered: Lowered, vops: list[VarOp | None]) -> list[str]:
     """The kernel's shared array of counts, where a group keeps them there."""
-    for begin, end, _, _ in lowered.groups.tolist():
-        if not in_registers(group_counts(vops[begin:end])):
-            return [f"  __shared__ i64 {SHARED}[{len(caps_of(lowered))}];"]
-    return []
+    if all(in_registers(vops[begin:end]) for begin, end, _, _ in lowered.groups.tolist()):
+        return []
+    return [f"  __shared__ i64 {SHARED}[{len(caps_of(lowered))}];"]
 
 
 def move_code(vop: VarOp, nsrc: int, kind: str, registers: bool) -> str:
@@ -178,25 +168,6 @@ def move_code(vop: VarOp, nsrc: int, kind: str, registers: bool) -> str:
     )
 
 
-def shares_written_buffer(before: list, op, layout) -> bool:
-    """True when ``op`` touches a buffer an op in ``before`` touched, either
-    writing: with sizes per call their ranges are unknown here, so they may
-    overlap and a barrier must order them."""
-    def touched(o):
-        nsrc = int(o["nsrc"])
-        return [
-            (layout.span(p, 0)[0], k >= nsrc)
-            for k, p in enumerate([*o["src"][:nsrc], *o["dst"][: int(o["ndst"])]])
-        ]
-
-    mine = touched(op)
-    for prev in before:
-        for key, wrote in touched(prev):
-            if any(key == k and (wrote or w) for k, w in mine):
-                return True
-    return False
-
-
 def check_code(caps: tuple[int, ...]) -> list[str]:
     """Thread 0 of block 0 reports the first count outside its capacity, its loads issued together."""
     lines = ["  if (blockIdx.x == 0 && threadIdx.x == 0) {", "    int bad = -1; i64 seen = 0;"]
@@ -208,4 +179,3 @@ def check_code(caps: tuple[int, ...]) -> list[str]:
     lines.append("    if (bad >= 0) report_bad_count(status, bad, seen);")
     lines.append("  }")
     return lines
-

@@ -201,11 +201,10 @@ class CupyRunner(RunnerBuffers):
             # One kernel on the caller's stream, nothing to fork or join:
             # the path every call of a process's rank takes.
             launch = self.launches[0]
-            if cupy.cuda.runtime.getDevice() == launch.device:
-                launch.enqueue(self, stream.ptr, slot)
-            else:
+            if cupy.cuda.runtime.getDevice() != launch.device:  # a device switch only where one is needed
                 with cupy.cuda.Device(launch.device):
-                    launch.enqueue(self, stream.ptr, slot)
+                    return self.launch(stream, slot)
+            launch.enqueue(self, stream.ptr, slot)
             return
         start = cupy.cuda.Event(disable_timing=True)
         start.record(stream)
