@@ -43,25 +43,90 @@ def _python(expr: str) -> str:
     return expr.replace(f"{SHARED}[", "c[")
 
 
-def generated_view(source: str, counts: list[int]):
-    """Per moving op, in source order: (count, [(base, offset) ...] sources, destinations) as the code computes them."""
+_CASE = re.compile(r"case \d+: \{  // rank \d+ channel \d+\n(?P<body>.*?)\n  \} break;", re.S)
+# A group's counts loaded into shared memory: one thread a count, each clamped
+# by its capacity, then a barrier before any op reads them.
+_SHARED_LOAD = re.compile(
+    r"const int id\[(?P<n>\d+)\] = \{(?P<ids>[^}]*)\}; const i64 cap\[(?P=n)\] = \{(?P<caps>[^}]*)\};\n"
+    r" +for \(int k = threadIdx\.x; k < (?P=n); k \+= blockDim\.x\) "
+    + re.escape(f"{SHARED}[id[k]] = clamp_count(__ldg(counts + id[k]), cap[k]); }}")
+    + r"\n +__syncthreads\(\);"
+)
+_CHECK = re.compile(r"__ldg\(counts \+ (\d+)\); if \(n < 0 \|\| n > (\d+)ll\)")
+
+
+def _group_counts(group: str, counts: list[int]) -> dict[int, int]:
+    """The counts a group's code loads, each clamped by the capacity its own load names."""
+    loads = {int(i): int(cap) for i, cap in _LOAD.findall(group)}
+    for m in _SHARED_LOAD.finditer(group):
+        ids = [int(x) for x in m["ids"].split(", ")]
+        caps = [int(x.removesuffix("ll")) for x in m["caps"].split(", ")]
+        loads |= dict(zip(ids, caps))
+    return {i: max(0, min(counts[i], cap)) for i, cap in loads.items()}
+
+
+def generated_moves(source: str, counts: list[int]):
+    """Per group, in source order, its moves and barriers as the code computes
+    them for ``counts``: (count, [(base, offset) ...] sources, destinations),
+    or None for a barrier. A count the group did not load is a NameError."""
     body = source.split('extern "C" __global__', 1)[1]
-    loads = {int(i): int(cap) for i, cap in _LOAD.findall(body)}
-    clamped = [max(0, min(n, cap)) for n, cap in zip(counts, caps_in(body, len(counts)))]
-    env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": clamped[i] for i in loads} | {"c": clamped}
-    env |= {"min": min, "max": max}
-    out = []
-    for m in _MOVE.finditer(body):
-        srcs = [eval(_python(e), env) for e in m["src"].split(", ")]
-        dsts = [eval(_python(e), env) for e in m["dst"].split(", ")]
-        out.append((eval(_python(m["count"]), env), srcs, dsts))
-    return out
+    groups = []
+    for case in _CASE.finditer(body):
+        loaded = _group_counts(case["body"], counts)
+        env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
+        env |= {"min": min, "max": max}
+        items = []
+        for line in case["body"].splitlines():
+            if "__syncthreads" in line:
+                items.append(None)
+            elif m := _MOVE.search(line):
+                srcs = [eval(_python(e), env) for e in m["src"].split(", ")]
+                dsts = [eval(_python(e), env) for e in m["dst"].split(", ")]
+                items.append((eval(_python(m["count"]), env), srcs, dsts))
+        groups.append(items)
+    return groups
+
+
+def generated_view(source: str, counts: list[int]):
+    """Every group's moves, in source order."""
+    return [move for items in generated_moves(source, counts) for move in items if move is not None]
+
+
+def unordered_overlaps(source: str, counts: list[int]):
+    """Pairs of moves in one group with no barrier between them that touch a
+    common element, one writing it: a barrier the code needed and left out."""
+    found = []
+    for items in generated_moves(source, counts):
+        since: list = []  # (base, lo, hi, writes) of the moves since the last barrier
+        for move in items:
+            if move is None:
+                since = []
+                continue
+            count, srcs, dsts = move
+            mine = [(base, at, at + count, False) for base, at in srcs]
+            mine += [(base, at, at + count, True) for base, at in dsts]
+            for a in mine:
+                for b in since:
+                    if a[0] == b[0] and (a[3] or b[3]) and a[1] < b[2] and b[1] < a[2]:
+                        found.append((a, b))
+            since += [a for a in mine if a[2] > a[1]]
+    return found
 
 
 def caps_in(body: str, n: int) -> list[int]:
     """Each count's capacity as the code's check of block 0 holds it."""
-    found = dict(re.findall(r"__ldg\(counts \+ (\d+)\); if \(n < 0 \|\| n > (\d+)ll\)", body))
+    found = dict(_CHECK.findall(body))
     return [int(found[str(i)]) for i in range(n)]
+
+
+def reported(source: str, counts: list[int]) -> tuple[int, int] | None:
+    """(count id, value) block 0's check reports for ``counts``, running its lines in order."""
+    bad = None
+    for i, cap in _CHECK.findall(source.split('extern "C" __global__', 1)[1]):
+        n = counts[int(i)]
+        if n < 0 or n > int(cap):
+            bad = (int(i), n)
+    return bad
 
 
 @pytest.mark.parametrize("name", VARIABLE)
@@ -85,6 +150,13 @@ def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, s
             got = generated_view(source, list(counts))
             # ops in the source's order are lower's: groups by rank, then channel
             assert got == expected_view(program, clamped), (name, strategy, ranks, params, counts)
+            assert not unordered_overlaps(source, list(counts)), (name, strategy, ranks, params, counts)
+        assert caps_in(source, len(inst.count_keys)) == [inst.count] * len(inst.count_keys)
+        first_bad = [inst.count] * len(inst.count_keys)
+        for k, n in ((len(first_bad) - 1, inst.count + 1), (len(first_bad) // 2, -3)):
+            first_bad[k] = n  # the lower id wins when two are bad
+        assert reported(source, first_bad) == min((k, n) for k, n in enumerate(first_bad) if not 0 <= n <= inst.count)
+        assert reported(source, [inst.count] * len(inst.count_keys)) is None
 
 
 def test_a_group_reading_many_counts_keeps_them_in_shared_memory_and_a_small_one_in_registers():

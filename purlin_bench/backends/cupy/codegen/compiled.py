@@ -241,19 +241,6 @@ def _ordered_without_barrier(before, op, layout: BaseLayout) -> bool:
     return True
 
 
-def _shares_written_buffer(before, op, layout: BaseLayout) -> bool:
-    """The rule for sizes per call: ``op`` touches a buffer an op in
-    ``before`` touched, either writing. Their ranges move with the counts,
-    unknown here, so they may overlap and a barrier must order them."""
-    mine = [(key, writes) for (key, _, _), writes in _accesses(op, layout)]
-    return any(
-        key == key2 and (wrote or writes)
-        for prev in before
-        for (key, _, _), wrote in _accesses(prev, layout)
-        for key2, writes in mine
-    )
-
-
 def _group_code(
     ops,
     begin: int,
@@ -277,7 +264,11 @@ def _group_code(
     if sized is not None:
         lines.extend(variable.count_loads(sized[0][begin:end], sized[1]))
         registers = variable.in_registers(sized[0][begin:end])
-    moved: list = []  # ops since the last barrier
+    moved: list[int] = []  # ops since the last barrier
+
+    def buffer(base: int) -> tuple[int, str]:
+        return layout.where[base][:2]
+
     for k in range(begin, end):
         op = ops[k]
         kind, count = int(op["op"]), int(op["count"])
@@ -289,9 +280,9 @@ def _group_code(
             lines.append(_wait_code(op, rank, channel, jitter))
             moved = []
         elif kind != OP_NONE and (
-            _shares_written_buffer(moved, op, layout)
+            variable.may_overlap([(sized[0][i], int(ops[i]["nsrc"])) for i in moved], sized[0][k], nsrc, buffer)
             if sized is not None
-            else not _ordered_without_barrier(moved, op, layout)
+            else not _ordered_without_barrier([ops[i] for i in moved], op, layout)
         ):
             lines.append("    __syncthreads();  // this op reads or writes elements another thread moved")
             moved = []
@@ -301,7 +292,7 @@ def _group_code(
             lines.append('    asm volatile("" ::: "memory");')
         if kind != OP_NONE and sized is not None:
             lines.append(variable.move_code(sized[0][k], nsrc, _KIND[kind], registers))
-            moved.append(op)
+            moved.append(k)
         elif kind != OP_NONE:
             aligned, head = layout.split(op)
             lines.append(
@@ -310,7 +301,7 @@ def _group_code(
                 f" move_op<PURLIN_UNROLL>({_KIND[kind]}, {count}ll, {nsrc}, {ndst}, src, dst, "
                 f"{str(aligned).lower()}, {head}, tid, stride); }}"
             )
-            moved.append(op)
+            moved.append(k)
         notify = _notify_code(op, jitter)
         if notify:
             lines.extend(notify)

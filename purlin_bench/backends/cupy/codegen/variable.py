@@ -9,8 +9,9 @@ clamped to their capacities (constants), into registers; every op's count
 and slice addresses are then sums of those registers and constants. What a
 count decides at run time stays a run-time value: the vector split (an
 address modulo 16 bytes) is worked out per op by every thread from
-registers, and a barrier is kept between any two ops that share a buffer
-one of them writes (their ranges are not known when the code is built).
+registers, and a barrier is kept between two ops that share a buffer one
+of them writes unless their ranges are disjoint for every call's counts
+(may_overlap: a packed chunk ends where the next one's counts begin).
 
 One build serves every call whatever its counts, as the interpreter's does,
 and a count outside its capacity is reported the interpreter's way
@@ -19,6 +20,7 @@ and a count outside its capacity is reported the interpreter's way
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from purlin_bench.backends.cupy.codegen.lower import OFFSET_BITS, VAR_RECORD, Lowered
@@ -68,6 +70,37 @@ class VarOp:
 
     def ids(self) -> set[int]:
         return ({self.clip} if self.clip is not None else set()) | {i for s in self.slices for i in s.ids}
+
+
+def _ends_before(a: VarSlice, op: VarOp, b: VarSlice) -> bool:
+    """Whether slice ``a`` of ``op`` ends where ``b`` begins, or before, for
+    every call's counts. ``a`` begins past the counts ``a.ids`` and spans at
+    most ``op.window`` elements, and at most ``count[op.clip] - op.at`` (none
+    when that is not positive); ``b`` begins past ``b.ids``. Counts are never
+    negative (clamped), so holding ``b.ids`` a superset of the counts bounding
+    ``a``'s end, with ``a``'s constant part no larger, proves it."""
+    left = Counter(b.ids)
+    left.subtract(a.ids)
+    if min(left.values(), default=0) < 0:
+        return False
+    if a.offset + op.window <= b.offset:
+        return True
+    return op.clip is not None and left[op.clip] > 0 and a.offset - op.at <= b.offset
+
+
+def may_overlap(before: list[tuple[VarOp, int]], op: VarOp, nsrc: int, buffer) -> bool:
+    """Whether ``op`` (``nsrc`` sources) may touch an element an op in
+    ``before`` ((op, its sources) moved since the last barrier) touched,
+    either writing, for some call's counts; ``buffer`` maps a slice base
+    to its physical buffer. Such a pair needs a barrier between them."""
+    for prev, prev_nsrc in before:
+        for i, a in enumerate(prev.slices):
+            for j, b in enumerate(op.slices):
+                if buffer(a.base) != buffer(b.base) or (i < prev_nsrc and j < nsrc):
+                    continue  # other buffers, or both read
+                if not (_ends_before(a, prev, b) or _ends_before(b, op, a)):
+                    return True
+    return False
 
 
 def caps_of(lowered: Lowered) -> tuple[int, ...]:
