@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 15, device call 1 (.snap = HEAD 08db1a2): the -v bench, compiled
+# Session 15, device call 1 (.snap = HEAD 2e126d4, barriers elided): the -v bench, compiled
 # datapath vs interpreter, each beside torch in its own process, 8 virtual
 # ranks, 16 B-256 MiB by 8x, uniform and skewed counts (issue 31's target rows).
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 15, device call 2 (.snap = HEAD 08db1a2): the whole GPU test suite
+# Session 15, device call 2 (.snap = HEAD 2e126d4, barriers elided): the whole GPU test suite
 # under MPS (the 92 s jitter test left out to fit the call) after the compiled
 # -v datapath, the host-path patch and 08db1a2's runner refactor.
 set -uo pipefail
