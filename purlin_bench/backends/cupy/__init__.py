@@ -134,7 +134,6 @@ class CupyBackend(Backend):
         one_gpu_or_procs = self.fused or self.procs is not None
         if (
             one_gpu_or_procs
-            and not inst.variable  # the compiled datapath for sizes per call is not yet timed against it (D46)
             and largest <= DEFAULTS.compiled_max_bytes  # D12
             and inst.ranks <= DEFAULTS.compiled_max_ranks
             and self._compiles(inst, config)
