@@ -4,7 +4,8 @@ Checks, in order:
 
 1. **Shape**: every slice lies inside its buffer, copies move equal counts,
    a rank waits only on its own flags, every flag is notified exactly once and
-   waited on, ``ready`` notifies open their list.
+   waited on, ``ready`` notifies open their list, an out-of-place program
+   never writes an input.
 2. **No deadlock**: a walk that runs any step whose flags are set finishes.
 3. **Happens-before** (vector clocks over the lists): every read of out or
    scratch sees a write that happens before it (staged, then notified); no two
@@ -212,6 +213,11 @@ class _Validator:
                         raise self.fail(sid, "reduces, but the program has no reduction op")
             else:
                 raise self.fail(sid, f"unknown step {step!r}")
+            # Out of place, a call leaves its inputs as the caller gave them:
+            # the Communicator's zero-copy buffers are the caller's tensors.
+            written_in = next((d for d in getattr(step, "dsts", ()) if d.buf == "in"), None)
+            if written_in is not None and p.inplace_offsets is None:
+                raise self.fail(sid, f"writes {written_in.text()}: an out-of-place program never writes an input")
             for ref in refs:
                 self._check_ref(sid, ref)
             moves = isinstance(step, Stage) and bool(step.dsts) or isinstance(step, Consume) and step.op != "wait"

@@ -210,6 +210,29 @@ def test_write_scratch_twice():
     assert wrong_count(inst, broken) > 0
 
 
+def test_an_out_of_place_program_that_writes_an_input():
+    # Rank 0 also copies what it gathers from rank 2 over its own input: its
+    # outputs stay right, but a caller whose tensor is the input buffer (the
+    # Communicator's zero-copy path) would find it changed.
+    inst, program = build("all-gather", "direct", ranks=3, count=8)
+
+    def also_into_input(steps: list[Step]) -> None:
+        i = find(steps, lambda s: isinstance(s, Consume) and s.op == "copy" and s.srcs[0].rank == 2)
+        s = steps[i]
+        steps[i] = Consume(s.waits, s.op, s.srcs, (*s.dsts, Ref(0, "in", 0, 8)))
+
+    broken = mutate(program, 0, also_into_input)
+    with pytest.raises(ProgramInvalid, match=r"writes r0.in\[0:8\]: an out-of-place program never writes an input"):
+        validate(broken, inst)
+    runner = NumpyRunner(broken, seed=0)
+    inputs = random_inputs(np.random.default_rng(0), inst.in_counts, np.dtype("float32"), None)
+    run_once(runner, inputs)
+    assert not np.array_equal(runner.buffer(0, "in"), inputs[0])
+    control = NumpyRunner(program, seed=0)
+    run_once(control, inputs)
+    assert all(np.array_equal(control.buffer(r, "in"), inputs[r]) for r in range(3))
+
+
 def test_drop_a_wait_lets_a_consumer_read_too_early():
     inst, program = build("all-reduce", "push")
     assert wrong_count(inst, program, adversarial=True) == 0  # control
