@@ -1,7 +1,10 @@
 """Host time per eager call of the Communicator against x.add(1), and its time
 per call replayed from a CUDA graph, in the same processes (issue 30).
 
-    torchrun --nproc-per-node N lab/issue30/comm_host.py [--bytes 16] [--calls 2000]
+    torchrun --nproc-per-node N lab/issue30/comm_host.py [--bytes 16] [--calls 2000] [--zero-copy]
+
+--zero-copy: x and out are the Communicator's own buffers (comm.buffers), so
+a call is one launch with no copy in or out.
 """
 
 from __future__ import annotations
@@ -30,14 +33,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--bytes", type=int, default=16)
     ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--zero-copy", action="store_true")
     args = ap.parse_args()
     dist.init_process_group("gloo")
     rank, size = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(0)
     comm = Communicator()
     n = max(size, args.bytes // 4)
-    x = torch.ones(n, device="cuda")
-    out = torch.empty_like(x)
+    if args.zero_copy:
+        x, out = comm.buffers("all-reduce", n, torch.float32)
+        x.fill_(1)
+    else:
+        x = torch.ones(n, device="cuda")
+        out = torch.empty_like(x)
     for _ in range(20):
         comm.all_reduce(x, out=out)
     rows = {}
@@ -63,8 +71,9 @@ def main() -> None:
         times.append(a.elapsed_time(b) * 1e3 / 100)
     comm.check()
     c, d = statistics.median(rows["comm"]), statistics.median(rows["add"])
-    print(f"comm-host: rank {rank} of {size}, {n * 4} B: eager all_reduce {c:.1f} us host a call, x.add(1) {d:.1f} us "
-          f"({c / d:.2f}x); graph {statistics.median(times):.2f} us a call", flush=True)
+    how = "zero-copy" if args.zero_copy else "copies"
+    print(f"comm-host: rank {rank} of {size}, {n * 4} B, {how}: eager all_reduce {c:.1f} us host a call, "
+          f"x.add(1) {d:.1f} us ({c / d:.2f}x); graph {statistics.median(times):.2f} us a call", flush=True)
     comm.close()
 
 

@@ -106,7 +106,17 @@ class StreamRunner(Runner, Protocol):
         ``stream``: copy ``rank``'s input from device address ``src`` into
         its buffer, a variable program's counts (int64, one per chunk name)
         from address ``counts``, run, copy its output to address ``dst``.
-        Capturable in a CUDA graph: nothing is allocated and nothing waits."""
+        Capturable in a CUDA graph: nothing is allocated and nothing waits.
+        Where ``src`` is the address of ``rank``'s input buffer, or ``dst``
+        that of its output buffer (see ``buffers``), that copy is left out."""
+
+    def buffers(self, rank: int, slot: int = 0) -> tuple[int, int, int, int]:
+        """``rank``'s input and output buffers of set ``slot``: (input
+        address, its bytes, output address, its bytes), 0 and 0 for one it
+        has none of. A caller may keep its tensors there (zero-copy): a call
+        leaves the input as it was (an out-of-place program never writes an
+        input, the validator proves it) and the output holds the call's
+        result until this runner's next call on ``rank`` begins."""
 
     def failure(self) -> str | None:
         """What an earlier call recorded (a timeout, an abort), or None."""

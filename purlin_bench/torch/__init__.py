@@ -11,6 +11,12 @@ In a serving stack's tensor-parallel group, CUDA IPC between the processes.
 Every call is asynchronous on ``torch.cuda.current_stream()`` and can be
 captured in a CUDA graph: copy ``x`` into this rank's shared input buffer,
 launch the prepared program, copy this rank's output buffer into ``out``.
+Tensors that are those buffers (``comm.buffers``) are not copied: a call with
+them is one kernel launch.
+
+    x, y = comm.buffers("all-reduce", n, torch.bfloat16)   # once, eagerly, every rank
+    torch.mul(h, w, out=x)                                  # the layer writes x in place
+    comm.all_reduce(x, out=y)                               # no copy in or out
 The first call of each (collective, size, dtype, op, root) prepares it and is
 collective (every rank, same order, like torch.distributed itself), so it
 must happen once eagerly, before any graph capture that uses it.
@@ -52,6 +58,15 @@ class _Prepared:
         self.out_count = inst.out_counts[rank]
         # A variable collective's counts a call takes (one per chunk name).
         self.ncounts = len(inst.count_keys)
+
+
+class _DeviceBytes:
+    """Bytes of device memory another object owns, as the CUDA array
+    interface describes them (version 2: no stream, so torch adds no sync)."""
+
+    def __init__(self, ptr: int, nbytes: int, owner: Any):
+        self.owner = owner
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False), "version": 2}
 
 
 class Communicator:
@@ -239,6 +254,46 @@ class Communicator:
         """``counts[i * R + j]``: the elements rank i sends rank j (x and out hold R capacities)."""
         return self._call("all-to-all-v", x, out, 0, None, counts)
 
+    # -- zero-copy -------------------------------------------------------------
+    def buffers(self, collective: str, numel: int, dtype: Any, op: str = "sum", root: int = 0):
+        """This rank's shared input and output buffers of ``collective`` with
+        an input of ``numel`` elements of ``dtype``, as tensors ``(x, out)``
+        (as torch's symmetric memory allocates them). A call given them
+        copies nothing in or out: it reads ``x`` where it is, leaves it as it
+        was, and writes ``out``, whose values hold until the next call of the
+        same collective and size on this communicator. Both stay valid until
+        ``close()``. A rank with no input (broadcast's and scatter's
+        non-roots) gets an empty ``x``: it passes any tensor of the root's
+        size, which is not read. Prepares the collective when it is not yet
+        (collective: every rank, the same calls in the same order, eagerly)."""
+        if self._closed:
+            raise PurlinError("this Communicator is closed")
+        torch = self._torch
+        name = self._dtype_names.get(dtype)
+        if name is None:
+            raise PurlinError(f"buffers: dtype {dtype}; purlin_bench.torch takes {', '.join(DTYPES)}")
+        if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1:
+            raise PurlinError(f"buffers: numel must be a positive int, got {numel!r}")
+        reduces = self._spec(collective).op == "reduce"
+        if reduces and op not in REDOPS:
+            raise PurlinError(f"unknown reduction '{op}' (known: {', '.join(REDOPS)})")
+        key = (collective, numel, None, name, op if reduces else None, root)
+        ident = self._idents.get(key)
+        prepared = self._prepared.get(ident) if ident is not None else None
+        if prepared is None:
+            prepared = self._prepare(key, torch.empty(0, dtype=dtype).element_size())
+        in_ptr, in_bytes, out_ptr, out_bytes = prepared.runner.buffers(prepared.rank)
+        return self._tensor(in_ptr, in_bytes, dtype, prepared), self._tensor(out_ptr, out_bytes, dtype, prepared)
+
+    def _tensor(self, ptr: int, nbytes: int, dtype: Any, owner: _Prepared):
+        """A tensor over ``nbytes`` of this device's memory at ``ptr`` (torch
+        reads the CUDA array interface; it keeps ``owner`` referenced)."""
+        torch = self._torch
+        if not nbytes:
+            return torch.empty(0, dtype=dtype, device=f"cuda:{self.device}")
+        raw = _DeviceBytes(ptr, nbytes, owner)
+        return torch.as_tensor(raw, device=f"cuda:{self.device}").view(dtype)
+
     # -- internals -------------------------------------------------------------
     def _spec(self, collective: str):
         if collective not in self._specs:
@@ -296,11 +351,6 @@ class Communicator:
         from purlin_bench.torch._setup import count_for
 
         collective, n_in, n_out, dtype, op, root = key
-        if self._torch.cuda.is_current_stream_capturing():
-            raise PurlinError(
-                f"{collective} of {n_in} {dtype} elements is not prepared: call it once eagerly (on every rank) "
-                f"before CUDA graph capture"
-            )
         spec = self._spec(collective)
         redop = op if spec.op == "reduce" else None
         # Every rank says what it prepares (or why it cannot); rank 0 adds
@@ -310,13 +360,24 @@ class Communicator:
         try:
             inst = count_for(spec, self.size, self.rank, root, itemsize, n_in, n_out)
             ident = (collective, inst.count, dtype, redop, root)
-            self._idents[key] = ident
-            if ident in self._prepared:  # the same call, asked with or without out=
-                return self._prepared[ident]
-            if self.rank == 0:
-                config = self._configs.config(inst, dtype)
         except PurlinError as exc:
             ident, failed = (collective, None, dtype, redop, root), str(exc)
+        else:
+            # The same call asked with or without out= (or by buffers()):
+            # prepared already, so a graph may capture it.
+            self._idents[key] = ident
+            if ident in self._prepared:
+                return self._prepared[ident]
+        if self._torch.cuda.is_current_stream_capturing():
+            raise PurlinError(
+                f"{collective} of {n_in} {dtype} elements is not prepared: call it once eagerly (on every rank) "
+                f"before CUDA graph capture"
+            )
+        if failed is None and self.rank == 0:
+            try:
+                config = self._configs.config(inst, dtype)
+            except PurlinError as exc:
+                failed = str(exc)
         said = self.group.allgather((ident, config, failed), "torch-prepare")
         errors = [(r, f) for r, (_, _, f) in enumerate(said) if f]
         if errors:

@@ -1,8 +1,10 @@
 """One rank of the Communicator's exactness check (run under torchrun; see
 tests/gpu/test_gpu_comm_procs.py): every collective, float32 and bfloat16, from
 16 B to --max-bytes per rank's tensor, eagerly and from a CUDA graph replayed
---replays times with new inputs each replay, compared bit for bit with the
-spec's reference semantics on integer-valued inputs (exact in any order).
+--replays times with new inputs each replay, then with tensors that are the
+Communicator's own buffers (comm.buffers: no copy in or out, the input left
+as it was), compared bit for bit with the spec's reference semantics on
+integer-valued inputs (exact in any order).
 
     torchrun --nproc-per-node 8 tests/gpu/gpu_comm_worker.py [--max-bytes 67108864] [--replays 100]
 
@@ -43,7 +45,7 @@ def main() -> int:
     rank, size = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(0 if torch.cuda.device_count() == 1 else rank % torch.cuda.device_count())
     comm = Communicator(max_bytes=args.max_bytes * size, timeout_s=20.0)
-    checks = 0
+    checks, copies = 0, _Copies()
     sizes, b = [], 16
     while b <= args.max_bytes:
         sizes.append(b)
@@ -83,6 +85,8 @@ def main() -> int:
                     torch.cuda.synchronize()
                     comm.check()
                     del g
+                    what = f"{dtype} {name} {nbytes} B"
+                    checks += _zero_copy(comm, copies, call, kwargs, name, n, x, expect, shift, what)
         print(f"comm-check: rank {rank} of {size}: {checks} checks exact", flush=True)
         return 0
     except Exception as exc:  # noqa: BLE001 - one line, the rank and what failed
@@ -90,6 +94,59 @@ def main() -> int:
         return 1
     finally:
         comm.close()
+
+
+class _Copies:
+    """Counts the device copies whose source is their destination: what a
+    zero-copy call's copy in and out would be, had they not been left out
+    (a program's own copy-engine copies never are). The runner looks
+    cupy.cuda.runtime.memcpyAsync up at each call, so it sees this one."""
+
+    def __init__(self):
+        import cupy
+
+        self.rt, self.real, self.n = cupy.cuda.runtime, cupy.cuda.runtime.memcpyAsync, 0
+        self.rt.memcpyAsync = self
+
+    def __call__(self, dst, src, *args):
+        self.n += dst == src
+        return self.real(dst, src, *args)
+
+
+def _zero_copy(comm, copies, call, kwargs, name, n, x, expect, shift, what) -> int:
+    """The same case through comm.buffers: a graph captured before any eager
+    call with them (buffers() prepared it), then eager calls that must make
+    no device copy; the input comes back unchanged every time."""
+    zx, zy = comm.buffers(name, n, x.dtype, **kwargs)
+    if zx.numel() not in (0, n) or zy.numel() != expect.numel():
+        raise AssertionError(f"{what} zero-copy: buffers of {zx.numel()} and {zy.numel()} elements")
+    xin = zx if zx.numel() else x.clone()  # broadcast's and scatter's non-roots: no input, x gives the size
+    xin.copy_(x)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        got = call(xin, out=zy, **kwargs)
+    if got is not zy:
+        raise AssertionError(f"{what} zero-copy: the call returned a new tensor, not out")
+    checks = 0
+    for k in range(4):
+        xin.copy_(x + k)
+        g.replay()
+        _same(zy, expect + shift * k, f"{what} zero-copy replay {k}")
+        _same(xin, x + k, f"{what} zero-copy replay {k}: the input")
+        checks += 2
+    del g
+    xin.copy_(x)
+    before = copies.n
+    call(xin, out=zy, **kwargs)
+    made = copies.n - before
+    torch.cuda.synchronize()
+    if made:
+        raise AssertionError(f"{what} zero-copy: an eager call copied a buffer onto itself {made} times")
+    _same(zy, expect, f"{what} zero-copy eager")
+    _same(xin, x, f"{what} zero-copy eager: the input")
+    comm.check()
+    return checks + 2
 
 
 def _same(got: torch.Tensor, want: torch.Tensor, what: str) -> None:

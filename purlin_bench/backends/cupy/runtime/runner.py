@@ -265,7 +265,7 @@ class CupyRunner(RunnerBuffers):
         if rt.getDevice() != device:
             with cupy.cuda.Device(device):
                 return self.enqueue(stream, rank, src, dst, counts, slot)
-        if in_bytes:
+        if in_bytes and src != in_ptr:  # equal: the caller's tensor is the buffer (zero-copy)
             rt.memcpyAsync(in_ptr, src, in_bytes, rt.memcpyDeviceToDevice, stream)
         if counts_bytes:  # on the stream: a graph replays it with the counts of each replay
             rt.memcpyAsync(counts_ptr, counts, counts_bytes, rt.memcpyDeviceToDevice, stream)
@@ -273,20 +273,29 @@ class CupyRunner(RunnerBuffers):
             self.launches[0].enqueue(self, stream, slot)
         else:
             self.launch(view, slot)
-        if out_bytes:
+        if out_bytes and dst != out_ptr:
             rt.memcpyAsync(dst, out_ptr, out_bytes, rt.memcpyDeviceToDevice, stream)
+
+    def buffers(self, rank: int, slot: int = 0) -> tuple[int, int, int, int]:
+        """StreamRunner.buffers: this rank's buffers, on its own device.
+
+        A peer touches them only between this rank's "ready" and the end of
+        its kernel, both ordered on the caller's stream: what the caller does
+        to them on that stream before or after a call races no peer."""
+        n_in, n_out = self.program.in_counts[rank], self.program.out_counts[rank]
+        in_ptr = self._address(Ref(rank, "in", 0, 0), slot) if n_in else 0
+        out_ptr = self._address(Ref(rank, "out", 0, 0), slot) if n_out else 0
+        return in_ptr, n_in * self.itemsize, out_ptr, n_out * self.itemsize
 
     def _stream_call(self, stream: int, rank: int, slot: int) -> tuple:
         import cupy
 
         device = self.world.devices[rank]
-        n_in, n_out = self.program.in_counts[rank], self.program.out_counts[rank]
-        in_ptr = self._address(Ref(rank, "in", 0, 0), slot) if n_in else 0
-        out_ptr = self._address(Ref(rank, "out", 0, 0), slot) if n_out else 0
+        in_ptr, in_bytes, out_ptr, out_bytes = self.buffers(rank, slot)
         counts_bytes = 8 * len(self.program.count_names) if self.program.variable else 0
         counts_ptr = self.counts_address(slot) if counts_bytes else 0
         view = cupy.cuda.ExternalStream(stream, device)
-        return view, device, in_ptr, n_in * self.itemsize, out_ptr, n_out * self.itemsize, counts_ptr, counts_bytes
+        return view, device, in_ptr, in_bytes, out_ptr, out_bytes, counts_ptr, counts_bytes
 
     def main_stream(self):
         import cupy
