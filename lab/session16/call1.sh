@@ -26,6 +26,10 @@ for n in 2 8; do
   echo "rc=$?"; grep -E "comm-check|real" $T/comm-worker-p$n.log | sort | uniq -c | head -12
 done
 for n in 2 8; do
+  timeout 120 $TR $n tests/gpu/gpu_comm_v_worker.py > $T/comm-v-worker-p$n.log 2>&1
+  echo "rc=$?"; grep -E "comm-v-check" $T/comm-v-worker-p$n.log | sort | uniq -c | head -10
+done
+for n in 2 8; do
   for how in "" --zero-copy; do
     timeout 60 $TR $n lab/issue30/comm_host.py --bytes 16 $how > $T/comm-host-p$n$how.log 2>&1
     grep comm-host $T/comm-host-p$n$how.log | sort | head -8

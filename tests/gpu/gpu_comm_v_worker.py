@@ -2,7 +2,8 @@
 see tests/gpu/test_gpu_comm_procs.py): all_gather_v, reduce_scatter_v and
 all_to_all_v in float32 and bfloat16, counts drawn on every rank alike
 (uniform, skewed, hot, sparse, zeros), eagerly and from a CUDA graph whose
-counts tensor is rewritten on the GPU before each replay, compared bit for
+counts tensor is rewritten on the GPU before each replay (then the same with
+the communicator's own buffers, comm.buffers: no copy), compared bit for
 bit with the spec's reference semantics (each output's part the call fills).
 
     torchrun --nproc-per-node 8 tests/gpu/gpu_comm_v_worker.py [--capacity 4096] [--replays 8]
@@ -65,6 +66,21 @@ def main() -> int:
                     device_counts.copy_(torch.tensor(counts, dtype=torch.int64), non_blocking=False)
                     g.replay()
                     _same(gout, inst, ins, redop, counts, rank, f"{dtype} {name} replay {k}")
+                    checks += 1
+                # Zero-copy: the same through the communicator's own buffers, from a graph.
+                zx, zy = comm.buffers(name, x.numel(), x.dtype)
+                zx.copy_(x)
+                g = torch.cuda.CUDAGraph()
+                torch.cuda.synchronize()
+                with torch.cuda.graph(g):
+                    call(zx, device_counts, out=zy)
+                for k in range(args.replays):
+                    counts = draw_counts(inst, DISTRIBUTIONS[k % len(DISTRIBUTIONS)], rng)
+                    device_counts.copy_(torch.tensor(counts, dtype=torch.int64), non_blocking=False)
+                    g.replay()
+                    _same(zy, inst, ins, redop, counts, rank, f"{dtype} {name} zero-copy replay {k}")
+                    if not torch.equal(zx, x):
+                        raise AssertionError(f"{dtype} {name} zero-copy replay {k}: the call changed its input")
                     checks += 1
         # A count past the capacity, written by "a routing kernel": clamped on the GPU, raised at the next call.
         inst = instantiate(resolve("all-to-all-v"), size, args.capacity, 4)
