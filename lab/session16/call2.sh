@@ -33,3 +33,12 @@ for d in skewed uniform; do
     > $T/a2av-$d.log 2>&1
   grep -E "^ +[0-9]|strategy|peed-up|rror" $T/a2av-$d.log | sed "s/^/a2av $d: /"
 done
+echo "== 5. reduce-scatter-v at 4-32 MiB skewed (direct, one channel, was 0.33-0.42x torch): every strategy, channels"
+timeout 120 $P bench reduce-scatter-v --backend cupy -b 4M -e 32M -f 8 --counts skewed --strategy all --no-inplace \
+  -n 10 -w 2 -G 3 > $T/rsv-all.log 2>&1
+grep -E "^ +[0-9]|strategy|rror" $T/rsv-all.log | head -40
+for ch in 4 8; do
+  timeout 40 $P bench reduce-scatter-v --backend cupy -b 4M -e 32M -f 8 --counts skewed --channels $ch --no-inplace \
+    -n 10 -w 2 -G 3 > $T/rsv-ch$ch.log 2>&1
+  grep -E "^ +[0-9]|strategy" $T/rsv-ch$ch.log | sed "s/^/rsv skewed channels $ch: /"
+done
