@@ -17,6 +17,7 @@ them is one kernel launch.
     x, y = comm.buffers("all-reduce", n, torch.bfloat16)   # once, eagerly, every rank
     torch.mul(h, w, out=x)                                  # the layer writes x in place
     comm.all_reduce(x, out=y)                               # no copy in or out
+
 The first call of each (collective, size, dtype, op, root) prepares it and is
 collective (every rank, same order, like torch.distributed itself), so it
 must happen once eagerly, before any graph capture that uses it.
@@ -259,8 +260,9 @@ class Communicator:
         """This rank's shared input and output buffers of ``collective`` with
         an input of ``numel`` elements of ``dtype``, as tensors ``(x, out)``
         (as torch's symmetric memory allocates them). A call given them
-        copies nothing in or out: it reads ``x`` where it is, leaves it as it
-        was, and writes ``out``, whose values hold until the next call of the
+        copies no data in or out (a variable collective still copies its
+        counts): it reads ``x`` where it is, leaves it as it was, and writes
+        ``out``, whose values hold until the next call of the
         same collective and size on this communicator. Both stay valid until
         ``close()``. A rank with no input (broadcast's and scatter's
         non-roots) gets an empty ``x``: it passes any tensor of the root's
