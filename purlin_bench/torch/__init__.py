@@ -14,9 +14,12 @@ launch the prepared program, copy this rank's output buffer into ``out``.
 Tensors that are those buffers (``comm.buffers``) are not copied: a call with
 them is one kernel launch.
 
-    x, y = comm.buffers("all-reduce", n, torch.bfloat16)   # once, eagerly, every rank
-    torch.mul(h, w, out=x)                                  # the layer writes x in place
-    comm.all_reduce(x, out=y)                               # no copy in or out
+    x, y = comm.buffers("all-reduce", t * h, torch.bfloat16)   # once, eagerly, every rank
+    torch.matmul(a, w, out=x.view(t, h))                        # the layer writes x in place
+    comm.all_reduce(x, out=y)                                   # no copy in or out
+
+Every call of that collective and size goes through those buffers: an
+ordinary call copies its input over ``x`` and its result into ``y``.
 
 The first call of each (collective, size, dtype, op, root) prepares it and is
 collective (every rank, same order, like torch.distributed itself), so it
@@ -259,14 +262,15 @@ class Communicator:
     def buffers(self, collective: str, numel: int, dtype: Any, op: str = "sum", root: int = 0):
         """This rank's shared input and output buffers of ``collective`` with
         an input of ``numel`` elements of ``dtype``, as tensors ``(x, out)``
-        (as torch's symmetric memory allocates them). A call given them
-        copies no data in or out (a variable collective still copies its
-        counts): it reads ``x`` where it is, leaves it as it was, and writes
-        ``out``, whose values hold until the next call of the
-        same collective and size on this communicator. Both stay valid until
-        ``close()``. A rank with no input (broadcast's and scatter's
-        non-roots) gets an empty ``x``: it passes any tensor of the root's
-        size, which is not read. Prepares the collective when it is not yet
+        (purlin's, as torch's symmetric memory allocates its own). A call
+        given them copies no data in or out (a variable collective still
+        copies its counts): it reads ``x`` where it is, leaves it as it was,
+        and writes ``out``, whose values hold until the next call of the same
+        collective and size on this communicator (every call of it goes
+        through these buffers: one given other tensors copies its input over
+        ``x``). Both stay valid until ``close()``. A rank with no input
+        (broadcast's and scatter's non-roots) gets an empty ``x``, passed as
+        is with ``out``. Prepares the collective when it is not yet
         (collective: every rank, the same calls in the same order, eagerly)."""
         if self._closed:
             raise PurlinError("this Communicator is closed")
