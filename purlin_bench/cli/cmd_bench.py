@@ -116,10 +116,16 @@ def bench(
     n_ranks = len(devices) if devices else ranks
     if n_ranks < 1:
         raise PurlinError(f"--ranks must be at least 1, got {n_ranks}")
+    if not -1 <= root < n_ranks:  # -1: nccl-tests' "no root"; a rooted spec refuses it below
+        raise PurlinError(f"--root {root} is out of range for {n_ranks} ranks")
     top = parse_bytes(maxbytes or backend_cls.default_bench_max, "--maxbytes")
-    sizes = sweep(parse_bytes(minbytes, "--minbytes"), top, stepfactor)
-    if iters < 1 or warmup < 0 or cudagraph < 0:
-        raise PurlinError("--iters must be >= 1, --warmup_iters and --cudagraph >= 0")
+    low = parse_bytes(minbytes, "--minbytes")
+    if not maxbytes and low > top:
+        raise PurlinError(f"--minbytes ({low}) is above this backend's default --maxbytes ({top}): give -e too")
+    sizes = sweep(low, top, stepfactor)
+    for flag, value, least in (("--iters", iters, 1), ("--warmup_iters", warmup, 0), ("--cudagraph", cudagraph, 0)):
+        if value < least:
+            raise PurlinError(f"{flag} must be >= {least}, got {value}")
     slice_nbytes = None if slice_bytes is None else parse_bytes(slice_bytes, "--slice-bytes")
     exec_options = {"blocks": blocks, "threads": threads, "datapath": datapath, "unroll": unroll, "kernel": kernel}
     choice = _choice(strategy, plan, channels, slice_nbytes, exec_options, backend_cls, n_ranks, dtype, devices,
