@@ -266,8 +266,9 @@ def _group_code(
         registers = variable.in_registers(sized[0][begin:end])
     moved: list[int] = []  # ops since the last barrier
 
-    def buffer(base: int) -> tuple[int, str]:
-        return layout.where[base][:2]
+    def where(base: int) -> tuple[tuple[int, str], int]:
+        rank, buf, offset = layout.where[base]
+        return (rank, buf), offset
 
     for k in range(begin, end):
         op = ops[k]
@@ -280,7 +281,7 @@ def _group_code(
             lines.append(_wait_code(op, rank, channel, jitter))
             moved = []
         elif kind != OP_NONE and (
-            variable.may_overlap([(sized[0][i], int(ops[i]["nsrc"])) for i in moved], sized[0][k], nsrc, buffer)
+            variable.may_overlap([(sized[0][i], int(ops[i]["nsrc"])) for i in moved], sized[0][k], nsrc, where)
             if sized is not None
             else not _ordered_without_barrier([ops[i] for i in moved], op, layout)
         ):

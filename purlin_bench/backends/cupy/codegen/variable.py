@@ -21,7 +21,7 @@ and a count outside its capacity is reported the interpreter's way
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from purlin_bench.backends.cupy.codegen.lower import OFFSET_BITS, VAR_RECORD, Lowered
 
@@ -88,16 +88,20 @@ def _ends_before(a: VarSlice, op: VarOp, b: VarSlice) -> bool:
     return op.clip is not None and left[op.clip] > 0 and a.offset - op.at <= b.offset
 
 
-def may_overlap(before: list[tuple[VarOp, int]], op: VarOp, nsrc: int, buffer) -> bool:
+def may_overlap(before: list[tuple[VarOp, int]], op: VarOp, nsrc: int, where) -> bool:
     """Whether ``op`` (``nsrc`` sources) may touch an element an op in
     ``before`` ((op, its sources) moved since the last barrier) touched,
-    either writing, for some call's counts; ``buffer`` maps a slice base
-    to its physical buffer. Such a pair needs a barrier between them."""
+    either writing, for some call's counts; ``where`` maps a slice base to
+    its physical buffer and the element there it starts at. Such a pair
+    needs a barrier between them."""
     for prev, prev_nsrc in before:
         for i, a in enumerate(prev.slices):
             for j, b in enumerate(op.slices):
-                if buffer(a.base) != buffer(b.base) or (i < prev_nsrc and j < nsrc):
+                (buf_a, at_a), (buf_b, at_b) = where(a.base), where(b.base)
+                if buf_a != buf_b or (i < prev_nsrc and j < nsrc):
                     continue  # other buffers, or both read
+                # Offsets in the buffer, not from each slice's own base (in place, two bases share one).
+                a, b = replace(a, offset=a.offset + at_a), replace(b, offset=b.offset + at_b)
                 if not (_ends_before(a, prev, b) or _ends_before(b, op, a)):
                     return True
     return False
