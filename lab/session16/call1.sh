@@ -6,7 +6,8 @@
 #    at 2 and 8 processes, then its host cost and graph time beside the copying path.
 # 2. The compiled -v default with 2e126d4's barrier rule: check every strategy at 3
 #    and 8 virtual ranks, and the -v GPU tests (was session 15's call3.sh).
-# 3. Issue 30's per-layout default: all-reduce --procs 8, direct vs two-shot, compiled.
+# 3. push-parity (one flag exchange a call, never run on a GPU): checked under MPS, back to back
+#    in graphs, then all-reduce --procs 8 direct / two-shot / push-parity beside ipc (a per-layout default).
 # 4. all-to-all-v rows with the compiled default (call 1 of session 15 lost them).
 # Logs go to one tarball (a limit on files returned); key lines to stdout.
 set -uo pipefail
@@ -35,8 +36,17 @@ for n in 2 8; do
     grep comm-host $T/comm-host-p$n$how.log | sort | head -8
   done
 done
-echo "== 3. all-reduce --procs 8: direct vs two-shot (compiled default datapath)"
-for s in direct two-shot; do
+echo "== 3. push-parity (never run on a GPU): check, back to back in graphs, then all-reduce --procs 8 beside ipc"
+( time timeout 120 $P check all-reduce,reduce-scatter --procs 8 --backend cupy --strategy push-parity,push \
+    --count 1,1001,65536 --dtype float32,bfloat16 ) > $T/check-parity-p8.log 2>&1; echo "rc=$?"
+tail -3 $T/check-parity-p8.log
+timeout 60 $P check all-reduce,reduce-scatter --backend cupy --ranks 2,8 --strategy push-parity --count 1,1001,1048576 \
+  > $T/check-parity-vr.log 2>&1; echo "rc=$?"; tail -2 $T/check-parity-vr.log
+for n in 2 8; do
+  timeout 150 $TR $n tests/gpu/gpu_back_to_back_worker.py > $T/b2b-p$n.log 2>&1
+  echo "rc=$?"; grep b2b-check $T/b2b-p$n.log | sort | uniq -c | head -6
+done
+for s in direct two-shot push-parity; do
   timeout 60 $P bench all-reduce --procs 8 --backend cupy -b 8 -e 1M -f 8 --no-inplace --strategy $s \
     > $T/ar-p8-$s.log 2>&1
   grep -E "^ +[0-9]|strategy|rror" $T/ar-p8-$s.log | sed "s/^/ar p8 $s: /" | head -20

@@ -28,6 +28,13 @@ moves ``clamp(n[var] - at, 0, count)`` elements, i.e. the part of its window
 past a chunk's count moves nothing; steps and flags never depend on the
 counts (program/variable.py resolves refs; validate.py proves the program for
 every count vector).
+
+**Parity scratch** (``Program.parity_scratch``): a rank's scratch is two
+halves of ``scratch_count`` elements, and call number e (counting from 1)
+uses half ``e % 2``. A peer that only writes a rank's scratch may then skip
+the ``ready``/``done`` window around it: its write in call e lands in a half
+the rank last read in call e - 2, and the validator proves that the rank
+said something the peer waited for in between (validate.py, check 3).
 """
 
 from __future__ import annotations
@@ -44,7 +51,10 @@ from purlin_bench.base.errors import ProgramError
 # schema 1, byte for byte as before.
 FIXED_SCHEMA = 1
 VARIABLE_SCHEMA = 2
-SCHEMA_VERSION = VARIABLE_SCHEMA
+# Parity scratch (module doc): a reader that ignored it would run the
+# program without the windows it dropped, so it says "upgrade" instead.
+PARITY_SCHEMA = 3
+SCHEMA_VERSION = PARITY_SCHEMA
 BUFFERS = ("in", "out", "scratch")
 ROLES = ("ready", "data", "done")
 CONSUME_OPS = ("copy", "reduce", "wait")
@@ -162,6 +172,8 @@ class Program:
     # Both empty for a fixed-size program.
     count_names: tuple[str, ...] = ()
     count_caps: tuple[int, ...] = ()
+    # Two halves of scratch, alternating by call (module doc).
+    parity_scratch: bool = False
 
     @property
     def variable(self) -> bool:
@@ -191,11 +203,20 @@ class Program:
         return ref.rank, larger, ref.offset + self.inplace_offsets[ref.rank]
 
     def buffer_count(self, rank: int, buf: str) -> int:
+        """Elements of ``rank``'s buffer that one call addresses."""
         if buf == "in":
             return self.in_counts[rank]
         if buf == "out":
             return self.out_counts[rank]
         return self.scratch_count
+
+    def allocated_count(self, rank: int, buf: str) -> int:
+        """Elements an executor allocates for it: both halves of parity scratch."""
+        return self.buffer_count(rank, buf) * (2 if buf == "scratch" and self.parity_scratch else 1)
+
+    def scratch_shift(self, epoch: int) -> int:
+        """Elements past scratch's start that call ``epoch`` (from 1) addresses it at."""
+        return self.scratch_count * (epoch % 2) if self.parity_scratch else 0
 
     # -- serialisation -------------------------------------------------
 
@@ -218,6 +239,7 @@ class Program:
             "inplace_offsets": None if self.inplace_offsets is None else list(self.inplace_offsets),
             "lists": [[[_step_to_dict(s) for s in steps] for steps in chans] for chans in self.lists],
             **({"count_names": list(self.count_names), "count_caps": list(self.count_caps)} if self.variable else {}),
+            **({"parity_scratch": True} if self.parity_scratch else {}),
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -254,6 +276,7 @@ class Program:
                 schema=schema,
                 count_names=tuple(str(x) for x in data.get("count_names", ())),
                 count_caps=tuple(int(x) for x in data.get("count_caps", ())),
+                parity_scratch=bool(data.get("parity_scratch", False)),
             )
         except ProgramError:
             raise

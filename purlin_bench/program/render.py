@@ -84,6 +84,7 @@ class Summary:
     flags: int  # flag words over all ranks (each bumped once per call)
     scratch_elems: int  # per rank
     scratch_bytes: int
+    parity: bool  # two halves of scratch, alternating by call
     remote_reads: int  # source slices read from another rank's memory
     remote_writes: int  # destination slices written into another rank's memory
     remote_read_bytes: int
@@ -211,6 +212,7 @@ def summarize(program: Program) -> Summary:
         flags=sum(program.flag_counts),
         scratch_elems=program.scratch_count,
         scratch_bytes=program.scratch_count * dtype.itemsize,
+        parity=program.parity_scratch,
         remote_reads=sum(t.remote_reads for t in per_rank),
         remote_writes=sum(t.remote_writes for t in per_rank),
         remote_read_bytes=sum(t.read_elems for t in per_rank) * dtype.itemsize,
@@ -261,7 +263,8 @@ def summary_lines(program: Program, summary: Summary | None = None) -> list[str]
         f"steps: {s.steps} ({s.stages} stage, {s.notifies} notify, {s.consumes} consume)"
         f" over {program.ranks} ranks x {s.channels} channel(s)",
         f"flags: {s.flags} (each bumped once per call; epoch counters, no reset)",
-        f"scratch: {s.scratch_elems} elements per rank ({human_bytes(s.scratch_bytes)})",
+        f"scratch: {s.scratch_elems} elements per rank ({human_bytes(s.scratch_bytes)})"
+        + (", twice: halves alternating by call (parity scratch)" if s.parity else ""),
         f"remote reads: {s.remote_reads} slices ({human_bytes(s.remote_read_bytes)});"
         f" remote writes: {s.remote_writes} slices ({human_bytes(s.remote_write_bytes)})",
         f"buffers (elements): {buffers}",

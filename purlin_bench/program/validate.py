@@ -12,7 +12,9 @@ Checks, in order:
    accesses to one element, one of them a write, are unordered (scratch never
    overlaps live data, in-place programs never clobber what a peer still reads);
    a rank's buffers are touched by a peer only after that rank entered the call
-   (a step of it happens before) and before it leaves (a step of it happens after).
+   (a step of it happens before) and before it leaves (a step of it happens after);
+   with parity scratch (model.py), a peer's write to it needs no entry, but
+   some step of the owner must happen before some step of the writer.
 4. **Content**: symbolic execution gives, for every output element, the set of
    input elements it holds; it must be exactly what the spec's dataflow says.
 
@@ -343,11 +345,21 @@ class _Validator:
         if self.inst is not None:
             self._check_outputs(mem)
 
-    def _remote(self, k: int, sid: StepId, ref: Ref) -> None:
+    def _remote(self, k: int, sid: StepId, ref: Ref, write: bool = False) -> None:
         if ref.rank == sid.rank:
             return
         li = self.list_index[(sid.rank, sid.channel)]
-        if not any(self.clocks[k, l] >= 0 for l in self.rank_lists[ref.rank]):
+        if self.p.parity_scratch and write and ref.buf == "scratch":
+            # No 'ready' needed: this write lands in the half its owner last
+            # read two calls ago, and the call between ordered the two iff
+            # a step of the owner happens before some step of the writer.
+            if not any(self.reach[sid.rank, l] >= 0 for l in self.rank_lists[ref.rank]):
+                raise self.fail(
+                    sid,
+                    f"writes {ref.text()} (parity scratch) though rank {sid.rank} waits on nothing of rank "
+                    f"{ref.rank}: two calls on, this write may land before rank {ref.rank} has read this one's",
+                )
+        elif not any(self.clocks[k, l] >= 0 for l in self.rank_lists[ref.rank]):
             raise self.fail(
                 sid, f"touches {ref.text()} before rank {ref.rank} is known to be in this call (no 'ready' from it)"
             )
@@ -386,7 +398,7 @@ class _Validator:
             read_ranges.append((rank, buf, off))
         result = _combine(per_src, op)
         for ref in dsts:
-            self._remote(k, sid, ref)
+            self._remote(k, sid, ref, write=True)
             rank, buf, off = self._physical(ref)
             for seg in mem[(rank, buf)].read(off, off + count):
                 if not self.hb(seg.writer, k) and seg.writer != k:

@@ -8,11 +8,11 @@ validates the result.
 from __future__ import annotations
 
 from purlin_bench.base.errors import ProgramError
-from purlin_bench.strategies import direct, push, ring, two_shot
+from purlin_bench.strategies import direct, push, push_parity, ring, two_shot
 from purlin_bench.strategies.base import Strategy
 
 STRATEGIES: dict[str, Strategy] = {
-    s.name: s for s in (direct.STRATEGY, push.STRATEGY, two_shot.STRATEGY, ring.STRATEGY)
+    s.name: s for s in (direct.STRATEGY, push.STRATEGY, push_parity.STRATEGY, two_shot.STRATEGY, ring.STRATEGY)
 }
 
 

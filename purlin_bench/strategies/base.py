@@ -6,6 +6,9 @@ them). The builder then adds the call protocol that every program needs when
 ranks run in separate launches (:func:`add_call_protocol`): a ``ready`` notify
 before a peer touches a rank's buffers and a ``done`` notify after, so that a
 rank never leaves a call while a peer still reads or writes its memory.
+A strategy marked ``parity`` (push-parity) drops both where a rank only
+writes a peer's scratch and waits on that peer, and its program alternates
+two halves of scratch by call instead (program/model.py).
 
 Variable sizes need nothing of a strategy but to build its slices with
 :func:`in_ref`, :func:`out_ref` and :meth:`Builder.scratch` (``like=`` the
@@ -23,7 +26,8 @@ from typing import Any, Callable
 
 from purlin_bench.base.config import Param
 from purlin_bench.base.errors import ProgramError
-from purlin_bench.program.model import VARIABLE_SCHEMA, Consume, FlagRef, Notify, Program, Ref, Stage, Step
+from purlin_bench.program.model import (PARITY_SCHEMA, VARIABLE_SCHEMA, Consume, FlagRef, Notify, Program, Ref, Stage,
+                                        Step)
 from purlin_bench.spec.instance import Flow, Instance, key_text
 
 # Bytes every slice boundary is aligned to where the count allows: the Atom
@@ -91,6 +95,7 @@ class Builder:
         self.lists: list[list[list[Step]]] = [[[] for _ in range(channels)] for _ in range(inst.ranks)]
         self.flag_counts = [0] * inst.ranks
         self.scratch_used = [0] * inst.ranks
+        self.parity_scratch = False  # set by add_call_protocol(parity=True)
 
     def flag(self, rank: int) -> FlagRef:
         self.flag_counts[rank] += 1
@@ -151,19 +156,26 @@ def _refs(step: Step) -> list[Ref]:
     return []
 
 
-def add_call_protocol(b: Builder) -> None:
+def add_call_protocol(b: Builder, parity: bool = False) -> None:
     """Add ready/done flags around every remote access (see module doc).
 
     Rank q opens its channel 0 with a ``ready`` notify to every rank x that
     touches q's buffers; x's first step touching q waits for it. Every list of
     x that touched q ends with a ``done`` notify to q, and q's channel 0 ends
     waiting for all of them. Executors running every rank in one launch may
-    drop both (the launch boundary is the same barrier)."""
+    drop both (the launch boundary is the same barrier).
+
+    ``parity``: where x only writes q's scratch and q notifies x (so x waits
+    on q in every call), the pair needs neither: the program gets parity
+    scratch (model.py), and the one flag exchange its data needs anyway is
+    the whole protocol. Where no pair qualifies, nothing changes."""
     ranks = b.inst.ranks
+    skip = _parity_pairs(b) if parity else set()
+    b.parity_scratch = bool(skip)
     touches: dict[tuple[int, int], set[int]] = {}
     for x in range(ranks):
         for c, steps in enumerate(b.lists[x]):
-            peers = {ref.rank for step in steps for ref in _refs(step) if ref.rank != x}
+            peers = {ref.rank for step in steps for ref in _refs(step) if ref.rank != x and (ref.rank, x) not in skip}
             if peers:
                 touches[(x, c)] = peers
     ready_flag: dict[tuple[int, int], FlagRef] = {}  # (owner q, accessor x) -> flag at x
@@ -175,7 +187,7 @@ def add_call_protocol(b: Builder) -> None:
     for (x, c), peers in sorted(touches.items()):
         steps, out, seen = b.lists[x][c], [], set()
         for step in steps:
-            needed = sorted({ref.rank for ref in _refs(step) if ref.rank != x} - seen)
+            needed = sorted({ref.rank for ref in _refs(step) if ref.rank != x and (ref.rank, x) not in skip} - seen)
             if needed:
                 seen.update(needed)
                 flags = tuple(ready_flag[(q, x)] for q in needed)
@@ -200,6 +212,23 @@ def add_call_protocol(b: Builder) -> None:
         b.lists[q][0][:0] = opening
         if q in done_waits:
             b.lists[q][0].append(Consume(tuple(done_waits[q]), "wait"))
+
+
+def _parity_pairs(b: Builder) -> set[tuple[int, int]]:
+    """(owner q, accessor x) pairs where every access of x to q's memory
+    writes q's scratch and q notifies a flag of x (which x then waits on:
+    the validator holds every flag to be waited)."""
+    bufs: dict[tuple[int, int], set[tuple[str, bool]]] = {}
+    notifies: set[tuple[int, int]] = set()  # (notifier, flag owner)
+    for x, chans in enumerate(b.lists):
+        for steps in chans:
+            for step in steps:
+                if isinstance(step, Notify):
+                    notifies.add((x, step.flag.rank))
+                for ref in _refs(step):
+                    if ref.rank != x:
+                        bufs.setdefault((ref.rank, x), set()).add((ref.buf, ref in getattr(step, "dsts", ())))
+    return {pair for pair, kinds in bufs.items() if kinds == {("scratch", True)} and pair in notifies}
 
 
 def redirect_outputs_through_scratch(b: Builder) -> None:
@@ -247,6 +276,9 @@ def redirect_outputs_through_scratch(b: Builder) -> None:
 
 def finish(b: Builder, strategy: str, params: dict[str, int], dtype: str, redop: str | None, inplace: bool) -> Program:
     inst = b.inst
+    scratch = max(b.scratch_used, default=0)
+    if b.parity_scratch:  # the second half starts on a 16-byte boundary, as every slot does
+        scratch = -(-scratch // b.unit) * b.unit
     return Program(
         collective=inst.spec.name,
         strategy=strategy,
@@ -259,11 +291,12 @@ def finish(b: Builder, strategy: str, params: dict[str, int], dtype: str, redop:
         inplace=inplace,
         in_counts=inst.in_counts,
         out_counts=inst.out_counts,
-        scratch_count=max(b.scratch_used, default=0),
+        scratch_count=scratch,
         flag_counts=tuple(b.flag_counts),
         inplace_offsets=inst.inplace_offsets() if inplace else None,
         lists=tuple(tuple(tuple(steps) for steps in chans) for chans in b.lists),
         **_variable_fields(inst),
+        **({"parity_scratch": True, "schema": PARITY_SCHEMA} if b.parity_scratch else {}),
     )
 
 
@@ -285,3 +318,5 @@ class Strategy:
     summary: str
     emit: Callable[[Builder, dict[str, int]], None]
     params: tuple[Param, ...] = COMMON_PARAMS
+    # Parity scratch where it drops a pair's ready/done (add_call_protocol).
+    parity: bool = False

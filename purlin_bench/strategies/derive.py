@@ -92,7 +92,8 @@ def _build(inst: Instance, strategy: str, params: dict[str, int], dtype: str, re
         raise _too_many(strategy, inst, steps)
     if reroute:
         redirect_outputs_through_scratch(b)
-    add_call_protocol(b)
+    # Parity scratch for fixed sizes only: sizes per call keep the windows (not yet proven there).
+    add_call_protocol(b, STRATEGIES[strategy].parity and not inst.variable)
     return finish(b, strategy, params, dtype, redop, inplace)
 
 

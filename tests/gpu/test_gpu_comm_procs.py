@@ -77,3 +77,27 @@ def test_variable_sizes_are_exact_through_the_communicator_with_device_counts():
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert done.stdout.count("checks exact") == int(procs), done.stdout[-4000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_calls_back_to_back_in_one_graph_are_exact_with_every_protocol():
+    """64 all-reduce and reduce-scatter calls in one graph, each on an input the
+    stream just changed, no sync between them: the default and push-parity
+    (no ready/done flags: ranks run into the next call while peers finish
+    this one), concurrent under a private MPS daemon where one can start."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA GPU")
+    procs = os.environ.get("PURLIN_TEST_PROCS", "2")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    worker = str(Path(__file__).resolve().parent / "gpu_back_to_back_worker.py")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", procs, worker]
+    try:
+        with PrivateMps():
+            mps = {k: os.environ[k] for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")}
+            done = subprocess.run(cmd, cwd=ROOT, env={**env, **mps}, capture_output=True, text=True, timeout=280)
+    except PurlinError:
+        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert done.stdout.count("checks exact") == int(procs), done.stdout[-4000:]

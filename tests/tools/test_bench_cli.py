@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from purlin_bench.cli.main import run
+from purlin_bench.strategies import STRATEGIES
 
 
 def purlin(capsys, *args) -> tuple[int, str, str]:
@@ -96,13 +97,13 @@ def test_sweep_every_strategy_and_the_summary(capsys, tmp_path):
     )
     assert code == 0, err
     rows = json.loads(path.read_text())["results"]
-    # 64, 256, 1024 bytes (counts 5, 21, 85: whole elements per chunk) x 4 strategies
+    # 64, 256, 1024 bytes (counts 5, 21, 85: whole elements per chunk) x every strategy
     assert {r["size"] for r in rows} == {60, 252, 1020}
-    assert {r["strategy"].split("(")[0] for r in rows} == {"direct", "push", "two-shot", "ring"}
-    assert len(rows) == 12 and all(r["out_of_place"]["nwrong"] == 0 for r in rows)
+    assert {r["strategy"].split("(")[0] for r in rows} == {"direct", "push", "push-parity", "two-shot", "ring"}
+    assert len(rows) == 3 * len(STRATEGIES) and all(r["out_of_place"]["nwrong"] == 0 for r in rows)
     assert all(r["baselines"].get("numpy", 0) > 0 and r["speedup"]["numpy"] > 0 for r in rows)
     lines = list(csv.DictReader(table.open()))
-    assert len(lines) == 12 and {"oop_time_us", "oop_busbw", "oop_nwrong", "numpy_us"} <= set(lines[0])
+    assert len(lines) == 3 * len(STRATEGIES) and {"oop_time_us", "oop_busbw", "oop_nwrong", "numpy_us"} <= set(lines[0])
     assert "# Out of bounds values : 0 OK" in out and "# Avg bus bandwidth" in out and "# Speed-up vs numpy" in out
 
 
@@ -158,7 +159,7 @@ def test_auto_backend_without_gpu_says_so_once(capsys, monkeypatch):
 
 def test_plot_draws_a_png_from_bench_json(capsys, tmp_path):
     data = bench_json(capsys, tmp_path, "all-reduce", "-b", 8, "-e", 4096, "-f", 8, "--ranks", 2, "--strategy", "all")
-    assert len(data["results"]) == 4 * 4
+    assert len(data["results"]) == 4 * len(STRATEGIES)
     png = tmp_path / "p.png"
     code, out, err = purlin(capsys, "plot", tmp_path / "out.json", "--output", png)
     assert code == 0, err

@@ -15,6 +15,7 @@ from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.model import Program
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.spec.loader import builtin_spec_paths
+from purlin_bench.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[2]
 RING_SHIFT = str(ROOT / "examples" / "ring-shift.yaml")
@@ -159,7 +160,7 @@ def test_list_shows_every_builtin_and_strategies(capsys):
         assert name in out
     for name in ("all-gather", "all-reduce"):
         row = next(line for line in out.splitlines() if name in line)
-        assert "direct, push, two-shot, ring" in row
+        assert "direct, push, push-parity, two-shot, ring" in row
 
 
 def test_list_json(capsys):
@@ -170,8 +171,8 @@ def test_list_json(capsys):
     assert entries["all-reduce"]["op"] == "reduce" and entries["all-reduce"]["reduce"] == "sum"
     assert entries["all-reduce"]["count"] == "buffer" and entries["all-gather"]["count"] == "chunk"
     assert entries["scatter"]["rooted"] and not entries["all-to-all"]["rooted"]
-    assert entries["all-reduce"]["strategies"] == ["direct", "push", "two-shot", "ring"]
-    assert entries["broadcast"]["strategies"] == ["direct", "push", "two-shot", "ring"]
+    assert entries["all-reduce"]["strategies"] == ["direct", "push", "push-parity", "two-shot", "ring"]
+    assert entries["broadcast"]["strategies"] == ["direct", "push", "push-parity", "two-shot", "ring"]
     assert "not_applicable" not in entries["broadcast"]  # strategies no longer refuse dataflows
     assert entries["all-gather"]["bench"] == {"size": "count * R", "busbw": "(R - 1) / R"}
 
@@ -334,7 +335,7 @@ def test_ring_shift_is_listed_shown_and_checked(capsys):
     assert (
         entry["name"] == "ring-shift"
         and entry["op"] == "copy"
-        and entry["strategies"] == ["direct", "push", "two-shot", "ring"]
+        and entry["strategies"] == ["direct", "push", "push-parity", "two-shot", "ring"]
     )
 
     code, out, _ = purlin(capsys, "show", RING_SHIFT, "--ranks", "4", "--strategy", "ring", "--count", "8")
@@ -348,7 +349,7 @@ def test_ring_shift_is_listed_shown_and_checked(capsys):
     assert code == 0
     data = json.loads(out)
     # 7 dtypes (fp8 too); + in place at 1 rank
-    assert data["summary"]["failed"] == 0 and data["summary"]["passed"] == 4 * 7 * 2 * 4 + 7 * 2 * 4
+    assert data["summary"]["failed"] == 0 and data["summary"]["passed"] == (4 * 7 * 2 + 7 * 2) * len(STRATEGIES)
     assert {r["collective"] for r in data["results"]} == {"ring-shift"}
 
 

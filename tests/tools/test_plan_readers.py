@@ -74,7 +74,7 @@ BAD: list[tuple[str, bytes, str]] = [
     (
         "unknown-strategy",
         mutated(lambda d: d["entries"][0]["config"].update(strategy="nccl")),
-        "entries[0].config.strategy: expected one of direct, push, two-shot, ring, got 'nccl'",
+        "entries[0].config.strategy: expected one of direct, push, push-parity, two-shot, ring, got 'nccl'",
     ),
     (
         "unknown-collective",

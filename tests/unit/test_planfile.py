@@ -163,7 +163,7 @@ def test_cli_usage_without_schema_flag():
         (with_entry(0, busbw_gbps=math.nan), "entries[0].busbw_gbps: nan is not a finite number"),
         (
             with_entry(0, config=RunConfig.make("nccl", {"channels": 1})),
-            "entries[0].config.strategy: expected one of direct, push, two-shot, ring, got 'nccl'",
+            "entries[0].config.strategy: expected one of direct, push, push-parity, two-shot, ring, got 'nccl'",
         ),
         (with_entry(0, max_bytes=4), "entries[0].max_bytes: 4 is below min_bytes 8"),
         (make_plan(entries=()), "entries: expected at least 1 item, got 0"),

@@ -184,7 +184,7 @@ def test_a_variable_program_round_trips_as_schema_2_and_a_fixed_one_is_unchanged
     assert fixed["schema"] == 1 and "count_caps" not in fixed
     assert all(len(ref) == 4 for ch in fixed["lists"] for steps in ch for s in steps for ref in s.get("dsts", []))
     with pytest.raises(ProgramError, match="newer than this purlin-bench understands"):
-        Program.from_dict({**data, "schema": 3})
+        Program.from_dict({**data, "schema": 4})
 
 
 def test_counts_are_checked_against_the_program_before_anything_runs():

@@ -132,18 +132,27 @@ class CupyBackend(Backend):
         # Ranks as processes too: their waits and notifies on every peer go
         # at once there (codegen/compiled.py), one at a time in the interpreter.
         one_gpu_or_procs = self.fused or self.procs is not None
-        if (
-            one_gpu_or_procs
-            and largest <= DEFAULTS.compiled_max_bytes  # D12
-            and inst.ranks <= DEFAULTS.compiled_max_ranks
-            and self._compiles(inst, config)
-        ):
+        # Parity scratch runs compiled or not at all (runner.py), whatever D12 says of its size.
+        within = largest <= DEFAULTS.compiled_max_bytes or self._parity(inst, config)  # D12
+        if one_gpu_or_procs and within and inst.ranks <= DEFAULTS.compiled_max_ranks and self._compiles(inst, config):
             small = largest <= DEFAULTS.compiled_small_bytes  # D13
             kernel = {"kernel": "compiled", **({"threads": DEFAULTS.compiled_small_threads} if small else {})}
         if inst.op == "reduce":
             return RunConfig.make(config.strategy, plan, kernel)
         # Copies have no reduction's loads to batch (D4).
         return RunConfig.make(config.strategy, plan, {"unroll": DEFAULTS.copy_unroll, **kernel})
+
+    @staticmethod
+    def _parity(inst: Instance, config: RunConfig) -> bool:
+        """Whether ``config``'s program keeps parity scratch (push-parity where it applies)."""
+        from purlin_bench.strategies.derive import derive_program
+
+        dtype = next(name for name, d in DTYPES.items() if d.itemsize == inst.itemsize)
+        redop = "sum" if inst.op == "reduce" else None
+        try:
+            return derive_program(inst, config.strategy, dtype, redop, dict(config.plan_params)).parity_scratch
+        except PurlinError:
+            return False
 
     @staticmethod
     def _compiles(inst: Instance, config: RunConfig) -> bool:
@@ -266,6 +275,7 @@ class CupyBackend(Backend):
                 BaseLayout.of(program, itemsize),
                 MAX_BUILD_WEIGHT if bounded else None,
                 jitter=bool(self.settings.jitter_ns),
+                scratch_shift=program.scratch_shift(1) * itemsize,
             ),
         )
 

@@ -50,7 +50,7 @@ class NumpyRunner:
             for buf in ("in", "out", "scratch"):
                 rank, phys, _ = program.physical(Ref(r, buf, 0, 0))
                 if (rank, phys) not in self.memory:
-                    self.memory[(rank, phys)] = np.empty(program.buffer_count(rank, phys), dtype=self.dtype)
+                    self.memory[(rank, phys)] = np.empty(program.allocated_count(rank, phys), dtype=self.dtype)
         self._inputs: dict[int, list[np.ndarray]] = {}
         self._outputs: dict[int, list[np.ndarray]] = {}
         self._counts: dict[int, tuple[int, ...]] = {}  # per buffer set: the call's counts (variable sizes)
@@ -60,6 +60,8 @@ class NumpyRunner:
         if ref.symbolic:
             ref = resolve(ref, self._now, self.program.count_caps)
         rank, buf, offset = self.program.physical(ref)
+        if buf == "scratch":
+            offset += self.program.scratch_shift(self.epoch)  # this call's half of parity scratch
         return self.memory[(rank, buf)][offset : offset + ref.count]
 
     def buffer(self, rank: int, buf: str) -> np.ndarray:

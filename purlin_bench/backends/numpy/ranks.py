@@ -97,6 +97,10 @@ class RankRunner:
             for seg in mine:
                 seg.unlink()  # every process has it mapped (or the run failed): no file outlives the run
         self.flags[self.rank][:] = 0
+        if program.parity_scratch:  # both halves: _poison reaches each only a call ahead
+            at, n = self._layout[(self.rank, "scratch")]
+            for memory in self.memory[self.rank]:
+                poison(memory[at : at + n])
         self.heads = [0] * len(program.lists[self.rank])
         self._now: tuple[int, ...] = ()  # the running call's counts: they resolve each slice
 
@@ -113,7 +117,7 @@ class RankRunner:
             for buf in BUFFERS:
                 rank, phys, _ = p.physical(Ref(r, buf, 0, 0))
                 if (rank, phys) not in out:
-                    n = p.buffer_count(rank, phys)
+                    n = p.allocated_count(rank, phys)
                     out[(rank, phys)] = (at, n)
                     at += n
         return out
@@ -123,6 +127,8 @@ class RankRunner:
             ref = resolve(ref, self._now, self.program.count_caps)
         rank, buf, offset = self.program.physical(ref)
         base, _ = self._layout[(rank, buf)]
+        if buf == "scratch":
+            base += self.program.scratch_shift(self.epoch)  # the running call's half of parity scratch
         return self.memory[rank][slot][base + offset : base + offset + ref.count]
 
     def buffer(self, rank: int, buf: str, slot: int) -> np.ndarray:
@@ -153,9 +159,15 @@ class RankRunner:
 
     def _poison(self, slot: int) -> None:
         """Outputs and scratch of this rank, outside an in-place input: peers
-        write them only after this rank's ready notify, which comes later."""
+        write them only after this rank's ready notify, which comes later.
+        Parity scratch has no such notify: a peer already in the coming call
+        may be writing that call's half, so this poisons the half of the call
+        after it, which no peer can reach before this call's data goes out."""
         p, r = self.program, self.rank
-        if p.scratch_count:
+        if p.parity_scratch:
+            base = self._layout[(r, "scratch")][0] + p.scratch_shift(self.epoch + 2)
+            poison(self.memory[r][slot][base : base + p.scratch_count])
+        elif p.scratch_count:
             poison(self.buffer(r, "scratch", slot))
         out = self.buffer(r, "out", slot)
         if p.inplace_offsets is None:

@@ -318,12 +318,15 @@ def generate(
     layout: BaseLayout,
     max_weight: int | None = MAX_BUILD_WEIGHT,
     jitter: bool = False,
+    scratch_shift: int = 0,
 ) -> str:
     """The CUDA C++ of one launch: ``lowered`` must carry flag ids
     (``lower(..., flag_address=flag_id)``) where the interpreter has addresses,
     and ``layout`` says where its slice bases lie. ``max_weight`` None
     generates past the build bound (to time those builds: D15).
     ``jitter`` adds the test mode's delays (built only with PURLIN_JITTER_NS).
+    ``scratch_shift``: bytes every rank's scratch base moves on odd calls
+    (parity scratch, program/model.py; 0: none).
     """
     weight = build_weight(lowered)
     if max_weight is not None and weight > max_weight:
@@ -335,12 +338,18 @@ def generate(
     ops = lowered.ops
     sized = None if lowered.sizes is None else (variable.var_ops(lowered), variable.caps_of(lowered))
     flagged = bool(len(ops)) and bool((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any())
+    if scratch_shift and not flagged:
+        raise CapacityError("parity scratch needs a launch that counts its calls (one with flags)")
     out = [f"  const int B = {blocks};"]
     out.append("  const int bi = blockIdx.x % B;")
     if flagged:
         out.append("  const u64 epoch = epochs[blockIdx.x] + 1;")
         out.append("  const u64 target = epoch * (u64)B;")
         out.append("  (void)target;  // a program with notifies but no waits")
+        if scratch_shift:
+            # The call's half of parity scratch: the epoch counts calls from 1, as the reference executors do.
+            moved = " ".join(f"b{3 * r + 2} += {scratch_shift}ll;" for r in range(ranks))
+            out.append(f"  if (epoch & 1) {{ {moved} }}")
     elif jitter:
         out.append("  const u64 epoch = epochs[blockIdx.x];  // the jitter's key; nothing else counts calls here")
     else:

@@ -17,7 +17,7 @@ from purlin_bench.program.variable import check_counts
 
 class RunnerBuffers:
     def _physical_bytes(self, rank: int, buf: str) -> int:
-        return self.program.buffer_count(rank, buf) * self.itemsize
+        return self.program.allocated_count(rank, buf) * self.itemsize
 
     def _base_table(self, slot: int) -> dict[int, object]:
         """Per launch device: a device array of 3R pointers (in, out, scratch per rank)."""
@@ -54,11 +54,12 @@ class RunnerBuffers:
         """Device address of a slice in buffer set ``slot`` (the same table the kernel reads)."""
         return int(self.bases[slot]["host"][buffer_index(ref)]) + ref.offset * self.itemsize
 
-    def array(self, rank: int, buf: str, slot: int = 0):
-        """A typed device view of one rank's buffer in buffer set ``slot``."""
+    def array(self, rank: int, buf: str, slot: int = 0, allocated: bool = False):
+        """A typed device view of one rank's buffer in buffer set ``slot``
+        (``allocated``: all of it, both halves of parity scratch)."""
         import cupy
 
-        n = self.program.buffer_count(rank, buf)
+        n = (self.program.allocated_count if allocated else self.program.buffer_count)(rank, buf)
         ptr = self._address(Ref(rank, buf, 0, 0), slot)
         mem = cupy.cuda.UnownedMemory(ptr, max(1, n * self.itemsize), self, self.world.devices[rank])
         return cupy.ndarray((n,), dtype=self.storage, memptr=cupy.cuda.MemoryPointer(mem, 0))
@@ -107,10 +108,14 @@ class RunnerBuffers:
         p = self.program
         # Only the ranks this process runs: a peer process poisons its own
         # before its ready notify, after which others may write into them.
+        # Parity scratch has no such notify (a peer already in this call may
+        # be writing it), so it is poisoned, both halves, only where every
+        # rank runs here and so has finished the last call.
+        whole = self.world.local_ranks == tuple(range(p.ranks))
         for r in self.world.local_ranks:
             with cupy.cuda.Device(self.world.devices[r]):
-                if p.scratch_count:
-                    self.array(r, "scratch", slot).view(cupy.uint8).fill(0xFF)
+                if p.scratch_count and (whole or not p.parity_scratch):
+                    self.array(r, "scratch", slot, allocated=True).view(cupy.uint8).fill(0xFF)
                 out = self.array(r, "out", slot).view(cupy.uint8)
                 if p.inplace_offsets is None or p.out_counts[r] < p.in_counts[r]:
                     if p.inplace_offsets is None:

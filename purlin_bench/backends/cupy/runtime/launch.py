@@ -187,6 +187,7 @@ class CompiledLaunch(Launch):
             source_text(),
             BaseLayout.of(runner.program, runner.itemsize),
             jitter=bool(runner.settings.jitter_ns),
+            scratch_shift=runner.program.scratch_shift(1) * runner.itemsize,
         )
         options = compile_options(
             runner.program.dtype,

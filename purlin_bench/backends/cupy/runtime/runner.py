@@ -31,7 +31,7 @@ from purlin_bench.backends.cupy.runtime.timing import StreamCandidate
 from purlin_bench.backends.cupy.runtime.world import World
 from purlin_bench.base.config import Param
 from purlin_bench.base.dtypes import resolve_dtype
-from purlin_bench.base.errors import CallAborted, CountsError, ExecutionError, WatchdogTimeout
+from purlin_bench.base.errors import CallAborted, CapacityError, CountsError, ExecutionError, WatchdogTimeout
 from purlin_bench.program.model import FlagRef, Program, Ref
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -88,6 +88,12 @@ class CupyRunner(RunnerBuffers):
             raise ExecutionError("datapath 'ce' needs every rank in one launch (virtual ranks on one GPU)")
         if kernel not in KINDS:  # the backend checks its parameters first; a direct caller may not
             raise ExecutionError(f"unknown kernel '{kernel}' (known: {', '.join(KINDS)})")
+        if program.parity_scratch and (kernel != "compiled" or datapath != "sm"):
+            # Its scratch half moves with the call's epoch, which only the generated code reads.
+            raise CapacityError(
+                f"{program.collective}/{program.strategy} uses parity scratch, which only the compiled datapath on "
+                f"SMs runs (kernel=compiled, datapath=sm)"
+            )
         if program.variable and not KINDS[kernel].variable_sizes:
             raise ExecutionError(f"the {kernel} datapath needs fixed sizes; a variable-size program runs interpreted")
         if program.ranks != world.ranks:
