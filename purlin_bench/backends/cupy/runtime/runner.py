@@ -253,9 +253,10 @@ class CupyRunner(RunnerBuffers):
         """StreamRunner.enqueue: copy in, counts, launch, copy out, all on ``stream``.
 
         Within a call the program's flags order every access to the shared
-        buffers: a peer touches this rank's buffers only after its "ready"
-        notify (after the copy-in, on this stream), and the kernel ends only
-        once every peer that touched them sent "done". So the next call's
+        buffers: a peer touches this rank's input and output only after its
+        "ready" notify (after the copy-in, on this stream), and the kernel
+        ends only once every peer that touched them sent "done" (parity
+        scratch, written without either, is neither). So the next call's
         copy-in (after this kernel) races no peer, and the copy-out reads
         finished data. The stream's CuPy view and the addresses are made
         once per (stream, rank, slot): a call makes no CuPy object."""
