@@ -116,7 +116,8 @@ class StreamRunner(Runner, Protocol):
         has none of. A caller may keep its tensors there (zero-copy): a call
         leaves the input as it was (an out-of-place program never writes an
         input, the validator proves it) and the output holds the call's
-        result until this runner's next call on ``rank`` begins."""
+        result until the next call on ``rank`` of any runner of the same
+        backend begins (runners may share their buffers)."""
 
     def failure(self) -> str | None:
         """What an earlier call recorded (a timeout, an abort), or None."""

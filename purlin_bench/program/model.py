@@ -35,6 +35,10 @@ uses half ``e % 2``. A peer that only writes a rank's scratch may then skip
 the ``ready``/``done`` window around it: its write in call e lands in a half
 the rank last read in call e - 2, and the validator proves that the rank
 said something the peer waited for in between (validate.py, check 3).
+That holds only while this program's calls alone use that memory: an
+executor gives each runner's parity scratch to it alone (in memory other
+runners share, a peer still in one runner's call would write it during
+another runner's call).
 """
 
 from __future__ import annotations

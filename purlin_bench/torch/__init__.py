@@ -18,8 +18,9 @@ them is one kernel launch.
     torch.matmul(a, w, out=x.view(t, h))                        # the layer writes x in place
     comm.all_reduce(x, out=y)                                   # no copy in or out
 
-Every call of that collective and size goes through those buffers: an
-ordinary call copies its input over ``x`` and its result into ``y``.
+They are this communicator's shared buffers, which every call of any
+collective goes through: read ``y`` before the next call, and expect ``x``
+overwritten by a call not given it.
 
 The first call of each (collective, size, dtype, op, root) prepares it and is
 collective (every rank, same order, like torch.distributed itself), so it
@@ -265,10 +266,11 @@ class Communicator:
         (purlin's, as torch's symmetric memory allocates its own). A call
         given them copies no data in or out (a variable collective still
         copies its counts): it reads ``x`` where it is, leaves it as it was,
-        and writes ``out``, whose values hold until the next call of the same
-        collective and size on this communicator (every call of it goes
-        through these buffers: one given other tensors copies its input over
-        ``x``). Both stay valid until ``close()``. A rank with no input
+        and writes ``out``. They are views of the communicator's shared
+        buffers, which calls of every collective go through: ``out`` holds
+        its values until the next call of any collective on this
+        communicator, and a call not given ``x`` may copy its input over it.
+        Both stay valid until ``close()``. A rank with no input
         (broadcast's and scatter's non-roots) gets an empty ``x``, passed as
         is with ``out``. Prepares the collective when it is not yet
         (collective: every rank, the same calls in the same order, eagerly)."""

@@ -1,9 +1,10 @@
 """One rank of the back-to-back check (run under torchrun; see
-tests/gpu/test_gpu_comm_procs.py): --calls calls of one collective captured
-in one CUDA graph, each on an input the stream changed just before it
-(x += 1) and into an output of its own, replayed with no host sync between
-the calls, so a rank runs into the next call while its peers finish this
-one: what push-parity's scratch halves (no ready/done flags) must survive.
+tests/gpu/test_gpu_comm_procs.py): --calls calls each of all-reduce and
+reduce-scatter, alternating, captured in one CUDA graph, each on an input
+the stream changed just before it (x += 1) and into an output of its own,
+replayed with no host sync between the calls, so a rank runs into the next
+call while its peers finish this one: what push-parity's scratch halves (no
+ready/done flags, scratch of each runner's own) must survive.
 Each strategy is forced on rank 0, whose configuration every rank runs.
 
     torchrun --nproc-per-node 8 tests/gpu/gpu_back_to_back_worker.py [--calls 64] [--strategies auto,push-parity]
@@ -46,9 +47,8 @@ def main() -> int:
                     comm._configs.config = lambda inst, dtype, s=strategy: backend.default_config(
                         inst, RunConfig.make(s, {"channels": 1, "slice_bytes": 0})
                     )
-                for name, method in COLLECTIVES.items():
-                    for nbytes in (16, 4096, 1 << 20):
-                        checks += _back_to_back(comm, getattr(comm, method), name, nbytes, args.calls, size, rank)
+                for nbytes in (16, 4096, 1 << 20):
+                    checks += _back_to_back(comm, nbytes, args.calls, size, rank)
                 comm.check()
             finally:
                 comm.close()
@@ -60,31 +60,37 @@ def main() -> int:
         return 1
 
 
-def _back_to_back(comm, call, name: str, nbytes: int, calls: int, size: int, rank: int) -> int:
-    spec = resolve(name)
+def _back_to_back(comm, nbytes: int, calls: int, size: int, rank: int) -> int:
+    """all-reduce and reduce-scatter alternating in one graph: two runners
+    whose calls interleave on one stream, as a serving stack's layers do."""
     n = -(-(nbytes // 4) // size) * size
-    inst = count_for(spec, size, rank, 0, 4, n, None)
     ins = [inputs_of(r, n) for r in range(size)]
     x = torch.from_numpy(ins[rank]).to(torch.float32).cuda()
     start = x.clone()
-    outs = [torch.empty(inst.out_counts[rank], dtype=torch.float32, device="cuda") for _ in range(calls)]
-    call(x, out=outs[0])  # prepared eagerly, before capture
+    cases = []
+    for name, method in COLLECTIVES.items():
+        inst = count_for(resolve(name), size, rank, 0, 4, n, None)
+        outs = [torch.empty(inst.out_counts[rank], dtype=torch.float32, device="cuda") for _ in range(calls)]
+        getattr(comm, method)(x, out=outs[0])  # prepared eagerly, before capture
+        cases.append((name, inst, getattr(comm, method), outs))
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for out in outs:
+        for i in range(calls):
             x.add_(1)
-            call(x, out=out)
+            for _, _, call, outs in cases:
+                call(x, out=outs[i])
     checks = 0
     for replay in range(2):  # the second replay goes on from the epochs the first left
         x.copy_(start)
         g.replay()
         torch.cuda.synchronize()
-        for i, out in enumerate(outs):
-            shifted = [(v + (i + 1)).astype(np.float32) for v in ins]
-            want = torch.from_numpy(inst.reference(shifted, "sum")[rank].astype(np.float32)).cuda()
-            _same(out, want, f"{name} {nbytes} B replay {replay} call {i}")
-            checks += 1
+        for name, inst, _, outs in cases:
+            for i, out in enumerate(outs):
+                shifted = [(v + (i + 1)).astype(np.float32) for v in ins]
+                want = torch.from_numpy(inst.reference(shifted, "sum")[rank].astype(np.float32)).cuda()
+                _same(out, want, f"{name} {nbytes} B replay {replay} call {i}")
+                checks += 1
     del g
     return checks
 

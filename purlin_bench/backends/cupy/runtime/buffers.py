@@ -26,7 +26,15 @@ class RunnerBuffers:
         p, ptrs = self.program, []
         where = [p.physical(Ref(r, buf, 0, 0)) for r in range(p.ranks) for buf in ("in", "out", "scratch")]
         needs = list(dict.fromkeys((rank, phys, self._physical_bytes(rank, phys)) for rank, phys, _ in where))
-        bases = self.world.buffers(slot, needs)
+        private = p.parity_scratch and p.scratch_count
+        bases = self.world.buffers(slot, [n for n in needs if not (private and n[1] == "scratch")])
+        if private:
+            # Parity scratch of its own, never the arena's that other runners
+            # share: a peer writes it without waiting for this rank to be in
+            # the call, so it must be this runner's calls alone that use it.
+            words = -(-self._physical_bytes(0, "scratch") // 8)
+            for rank, array in enumerate(self.world.symmetric_words([words] * p.ranks)):
+                bases[(rank, "scratch")] = array
         for rank, phys, offset in where:
             base = bases[(rank, phys)]
             # Held, not just addressed: a later runner of this world may
