@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.base.errors import DeadlockError, ProgramError
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step, StepId
 from purlin_bench.program.schedule import Walk
@@ -175,6 +176,10 @@ class _Validator:
             )
         if len(p.count_names) != len(p.count_caps) or any(c < 0 for c in p.count_caps):
             raise self.fail(None, "its per-call counts' names and capacities do not match")
+        half = p.scratch_count * resolve_dtype(p.dtype)[1].itemsize if p.parity_scratch else 0
+        if half % 16:
+            # Every base starts on 16 bytes (the datapath's vectors), the second half's too.
+            raise self.fail(None, f"its parity scratch halves are {half} bytes, not a multiple of 16")
         notified: Counter[FlagRef] = Counter()
         waited: set[FlagRef] = set()
         placed: dict[tuple[int, str, int], tuple[tuple[int, ...], int]] = {}

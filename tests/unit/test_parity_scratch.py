@@ -106,3 +106,11 @@ def test_parity_scratch_is_written_and_read_back():
     assert back == p and back.parity_scratch
     _, push = program("all-reduce", 3, strategy="push")
     assert "parity_scratch" not in push.to_dict()  # other programs are written as before
+
+
+def test_a_half_off_the_16_byte_grid_is_refused():
+    # A program read back from a file is not derived: its halves are checked.
+    inst, p = program("all-reduce", 2, count=64)
+    odd = dataclasses.replace(p, scratch_count=p.scratch_count + 1)
+    with pytest.raises(ProgramInvalid, match="parity scratch halves are 260 bytes, not a multiple of 16"):
+        validate(odd, inst)

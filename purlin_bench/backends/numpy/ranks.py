@@ -160,9 +160,10 @@ class RankRunner:
     def _poison(self, slot: int) -> None:
         """Outputs and scratch of this rank, outside an in-place input: peers
         write them only after this rank's ready notify, which comes later.
-        Parity scratch has no such notify: a peer already in the coming call
-        may be writing that call's half, so this poisons the half of the call
-        after it, which no peer can reach before this call's data goes out."""
+        Parity scratch has no such notify: a peer already in the call about
+        to run (e) may be writing its half, so this poisons the other half,
+        the one call e + 1 uses, which no peer can write before this rank's
+        data of call e goes out."""
         p, r = self.program, self.rank
         if p.parity_scratch:
             base = self._layout[(r, "scratch")][0] + p.scratch_shift(self.epoch + 2)
