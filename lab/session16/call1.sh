@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Session 16, device calls 1 and 2 (.snap = git archive HEAD), under MPS. What
-# session 15 could not run (no device lent), most important first; call 1 does
-# 1 and 3, call2.sh 2 and 4:
+# Session 16, device calls 1-3 (.snap = git archive HEAD), under MPS. What
+# session 15 and 16 could not run (no device lent), most important first; call 1
+# does 1, call2.sh 2 and 4, call3.sh 3:
 # 1. The zero-copy Communicator (cb34c93, never run on a GPU): the worker's checks
 #    at 2 and 8 processes, then its host cost and graph time beside the copying path.
 # 2. The compiled -v default with 2e126d4's barrier rule: check every strategy at 3
@@ -35,19 +35,4 @@ for n in 2 8; do
     timeout 60 $TR $n lab/issue30/comm_host.py --bytes 16 $how > $T/comm-host-p$n$how.log 2>&1
     grep comm-host $T/comm-host-p$n$how.log | sort | head -8
   done
-done
-echo "== 3. push-parity (never run on a GPU): check, back to back in graphs, then all-reduce --procs 8 beside ipc"
-( time timeout 120 $P check all-reduce,reduce-scatter --procs 8 --backend cupy --strategy push-parity,push \
-    --count 1,1001,65536 --dtype float32,bfloat16 ) > $T/check-parity-p8.log 2>&1; echo "rc=$?"
-tail -3 $T/check-parity-p8.log
-timeout 60 $P check all-reduce,reduce-scatter --backend cupy --ranks 2,8 --strategy push-parity --count 1,1001,1048576 \
-  > $T/check-parity-vr.log 2>&1; echo "rc=$?"; tail -2 $T/check-parity-vr.log
-for n in 2 8; do
-  timeout 150 $TR $n tests/gpu/gpu_back_to_back_worker.py > $T/b2b-p$n.log 2>&1
-  echo "rc=$?"; grep b2b-check $T/b2b-p$n.log | sort | uniq -c | head -6
-done
-for s in direct two-shot push-parity; do
-  timeout 60 $P bench all-reduce --procs 8 --backend cupy -b 8 -e 1M -f 8 --no-inplace --strategy $s \
-    > $T/ar-p8-$s.log 2>&1
-  grep -E "^ +[0-9]|strategy|rror" $T/ar-p8-$s.log | sed "s/^/ar p8 $s: /" | head -20
 done
