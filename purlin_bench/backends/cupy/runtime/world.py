@@ -105,13 +105,20 @@ class World:
         return blocks
 
     def symmetric_words(self, counts: list[int]) -> list[object]:
-        """Zeroed uint64 words per rank, on its device (flags, abort)."""
+        """Zeroed uint64 words per rank, on its device (flags, abort, parity scratch)."""
         import cupy
 
         out = []
         for r, n in enumerate(counts):
             with cupy.cuda.Device(self.devices[r]):
-                out.append(cupy.zeros(max(1, n), dtype=cupy.uint64))
+                try:
+                    out.append(cupy.zeros(max(1, n), dtype=cupy.uint64))
+                except cupy.cuda.memory.OutOfMemoryError:  # parity scratch can be large: a refusal, not a crash
+                    cupy.get_default_memory_pool().free_all_blocks()
+                    try:
+                        out.append(cupy.zeros(max(1, n), dtype=cupy.uint64))
+                    except cupy.cuda.memory.OutOfMemoryError:
+                        raise ExecutionError(f"out of GPU memory allocating {8 * n} bytes for rank {r}") from None
         return out
 
     def buffer(self, slot: int, rank: int, buf: str, nbytes: int):
