@@ -172,10 +172,15 @@ def add_call_protocol(b: Builder, parity: bool = False) -> None:
     ranks = b.inst.ranks
     skip = _parity_pairs(b) if parity else set()
     b.parity_scratch = bool(skip)
+
+    def guarded(step: Step, x: int) -> set[int]:
+        """The peers whose memory ``step`` of rank x touches within their ready/done window."""
+        return {ref.rank for ref in _refs(step) if ref.rank != x and (ref.rank, x) not in skip}
+
     touches: dict[tuple[int, int], set[int]] = {}
     for x in range(ranks):
         for c, steps in enumerate(b.lists[x]):
-            peers = {ref.rank for step in steps for ref in _refs(step) if ref.rank != x and (ref.rank, x) not in skip}
+            peers = set().union(*(guarded(step, x) for step in steps))
             if peers:
                 touches[(x, c)] = peers
     ready_flag: dict[tuple[int, int], FlagRef] = {}  # (owner q, accessor x) -> flag at x
@@ -187,7 +192,7 @@ def add_call_protocol(b: Builder, parity: bool = False) -> None:
     for (x, c), peers in sorted(touches.items()):
         steps, out, seen = b.lists[x][c], [], set()
         for step in steps:
-            needed = sorted({ref.rank for ref in _refs(step) if ref.rank != x and (ref.rank, x) not in skip} - seen)
+            needed = sorted(guarded(step, x) - seen)
             if needed:
                 seen.update(needed)
                 flags = tuple(ready_flag[(q, x)] for q in needed)

@@ -285,11 +285,9 @@ class Communicator:
         reduces = self._spec(collective).op == "reduce"
         if reduces and op not in REDOPS:
             raise PurlinError(f"unknown reduction '{op}' (known: {', '.join(REDOPS)})")
+        # Not a hot path: _prepare finds a prepared collective itself (and records this key for it).
         key = (collective, numel, None, name, op if reduces else None, root)
-        ident = self._idents.get(key)
-        prepared = self._prepared.get(ident) if ident is not None else None
-        if prepared is None:
-            prepared = self._prepare(key, torch.empty(0, dtype=dtype).element_size())
+        prepared = self._prepare(key, torch.empty(0, dtype=dtype).element_size())
         in_ptr, in_bytes, out_ptr, out_bytes = prepared.runner.buffers(prepared.rank)
         return self._tensor(in_ptr, in_bytes, dtype, prepared), self._tensor(out_ptr, out_bytes, dtype, prepared)
 

@@ -143,32 +143,34 @@ class CupyBackend(Backend):
         return RunConfig.make(config.strategy, plan, {"unroll": DEFAULTS.copy_unroll, **kernel})
 
     @staticmethod
-    def _parity(inst: Instance, config: RunConfig) -> bool:
-        """Whether ``config``'s program keeps parity scratch (push-parity where it applies)."""
+    def _program(inst: Instance, config: RunConfig, inplace: bool = False):
+        """``config``'s program for ``inst`` in any dtype of its element size
+        (a program's ops depend on the size alone); PurlinError if none."""
         from purlin_bench.strategies.derive import derive_program
 
         dtype = next(name for name, d in DTYPES.items() if d.itemsize == inst.itemsize)
         redop = "sum" if inst.op == "reduce" else None
+        return derive_program(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
+
+    @classmethod
+    def _parity(cls, inst: Instance, config: RunConfig) -> bool:
+        """Whether ``config``'s program keeps parity scratch (push-parity where it applies)."""
         try:
-            return derive_program(inst, config.strategy, dtype, redop, dict(config.plan_params)).parity_scratch
+            return cls._program(inst, config).parity_scratch
         except PurlinError:
             return False
 
-    @staticmethod
-    def _compiles(inst: Instance, config: RunConfig) -> bool:
+    @classmethod
+    def _compiles(cls, inst: Instance, config: RunConfig) -> bool:
         """Whether ``config``'s program, in and out of place, stays within
         the compiled kernel's build bound (a user's small --slice-bytes can
         make thousands of ops: the interpreter runs those)."""
         from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight
         from purlin_bench.backends.cupy.codegen.lower import flag_id, lower
-        from purlin_bench.strategies.derive import derive_program
 
-        # Any dtype of the element size: a program's ops depend on the size alone.
-        dtype = next(name for name, d in DTYPES.items() if d.itemsize == inst.itemsize)
-        redop = "sum" if inst.op == "reduce" else None
         for inplace in (False, True) if inst.inplace_refusal() is None else (False,):
             try:
-                program = derive_program(inst, config.strategy, dtype, redop, dict(config.plan_params), inplace)
+                program = cls._program(inst, config, inplace)
                 if build_weight(lower(program, list(range(inst.ranks)), True, "sm", flag_id)) > MAX_BUILD_WEIGHT:
                     return False
             except PurlinError:

@@ -111,14 +111,8 @@ class World:
         out = []
         for r, n in enumerate(counts):
             with cupy.cuda.Device(self.devices[r]):
-                try:
-                    out.append(cupy.zeros(max(1, n), dtype=cupy.uint64))
-                except cupy.cuda.memory.OutOfMemoryError:  # parity scratch can be large: a refusal, not a crash
-                    cupy.get_default_memory_pool().free_all_blocks()
-                    try:
-                        out.append(cupy.zeros(max(1, n), dtype=cupy.uint64))
-                    except cupy.cuda.memory.OutOfMemoryError:
-                        raise ExecutionError(f"out of GPU memory allocating {8 * n} bytes for rank {r}") from None
+                # Parity scratch comes from here too, and can be large: a refusal, not a crash.
+                out.append(_allocated(lambda: cupy.zeros(max(1, n), dtype=cupy.uint64), f"{8 * n} bytes for rank {r}"))
         return out
 
     def buffer(self, slot: int, rank: int, buf: str, nbytes: int):
@@ -130,15 +124,23 @@ class World:
         if have is None or have.nbytes < nbytes:
             self._arena.pop(key, None)
             with cupy.cuda.Device(self.devices[rank]):
-                try:
-                    # At least 256 bytes: every slice pointer is then a valid, aligned address.
-                    self._arena[key] = cupy.empty(max(256, nbytes), dtype=cupy.uint8)
-                except cupy.cuda.memory.OutOfMemoryError:
-                    cupy.get_default_memory_pool().free_all_blocks()
-                    try:
-                        self._arena[key] = cupy.empty(max(256, nbytes), dtype=cupy.uint8)
-                    except cupy.cuda.memory.OutOfMemoryError:
-                        raise ExecutionError(
-                            f"out of GPU memory allocating {nbytes} bytes for rank {rank} {buf}"
-                        ) from None
+                # At least 256 bytes: every slice pointer is then a valid, aligned address.
+                self._arena[key] = _allocated(
+                    lambda: cupy.empty(max(256, nbytes), dtype=cupy.uint8), f"{nbytes} bytes for rank {rank} {buf}"
+                )
         return self._arena[key]
+
+
+def _allocated(make, what: str):
+    """``make()`` on the current device; once more after CuPy's pool lets go
+    of its cached blocks; else an ExecutionError saying ``what`` did not fit."""
+    import cupy
+
+    try:
+        return make()
+    except cupy.cuda.memory.OutOfMemoryError:
+        cupy.get_default_memory_pool().free_all_blocks()
+        try:
+            return make()
+        except cupy.cuda.memory.OutOfMemoryError:
+            raise ExecutionError(f"out of GPU memory allocating {what}") from None
