@@ -119,12 +119,14 @@ class MeasurementService:
         _, np_dtype = resolve_dtype(dtype)
         return instantiate(spec, self.ranks, count, np_dtype.itemsize, root)
 
-    def default_config(self, inst: Instance, plan_overrides: Mapping[str, Any] | None = None) -> RunConfig:
+    def default_config(
+        self, inst: Instance, plan_overrides: Mapping[str, Any] | None = None, strategy: str | None = None
+    ) -> RunConfig:
         """The untuned default (``--strategy auto``): the heuristics'
-        strategy with this backend's datapath defaults. ``plan_overrides``
-        (a user's --channels or --slice-bytes) are applied first, so the
-        backend chooses its datapath for the program that will run."""
-        base = untuned_config(inst)
+        strategy (or ``strategy``) with this backend's datapath defaults.
+        ``plan_overrides`` (a user's --channels or --slice-bytes) are applied
+        first, so the backend chooses its datapath for the program that will run."""
+        base = untuned_config(inst) if strategy is None else RunConfig.make(strategy, {})
         if plan_overrides:
             base = RunConfig.make(base.strategy, {**dict(base.plan_params), **plan_overrides}, dict(base.exec_params))
         return self.backend.default_config(inst, base)

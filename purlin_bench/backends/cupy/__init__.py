@@ -229,6 +229,10 @@ class CupyBackend(Backend):
         return super().rank_layout()
 
     def prepare(self, program: Program, sets: int = 1, **params: Any) -> CupyRunner:
+        if program.parity_scratch and "kernel" not in params:
+            # Parity scratch runs compiled or not at all (runner.py): with no datapath asked for
+            # (check --strategy push-parity), the program's only one rather than a refusal.
+            params = {**params, "kernel": "compiled"}
         checked = check_params(type(self), params)
         with device_errors():
             return CupyRunner(

@@ -26,25 +26,39 @@ class Choice:
     plan_lookup: Callable[[Instance, int], RunConfig] | None = None  # (instance, size bytes) -> config
 
 
-def configs_for(
-    inst: Instance, size: int, choice: Choice, default: Callable[[Instance, Mapping[str, Any]], RunConfig]
-) -> list[RunConfig]:
+# (instance, plan overrides, strategy or None for the untuned one) -> config: MeasurementService.default_config
+DefaultConfig = Callable[[Instance, Mapping[str, Any], "str | None"], RunConfig]
+
+
+def configs_for(inst: Instance, size: int, choice: Choice, default: DefaultConfig) -> list[RunConfig]:
     """The configurations to measure at one size; ``default(inst,
-    plan_overrides)`` is the untuned default (MeasurementService.default_config)."""
+    plan_overrides, strategy)`` is the backend's default for a strategy
+    (None: the untuned one; MeasurementService.default_config)."""
     if choice.plan_lookup is not None:
         return [choice.plan_lookup(inst, size)]
     if choice.strategy == "auto":
-        base = default(inst, choice.plan_overrides)
         # The user's own choices win over what the backend adjusted.
-        return [
-            RunConfig.make(
-                base.strategy,
-                {**dict(base.plan_params), **choice.plan_overrides},
-                {**dict(base.exec_params), **choice.exec_overrides},
-            )
-        ]
+        return [_overridden(default(inst, choice.plan_overrides, None), choice)]
     names = list(STRATEGIES) if choice.strategy == "all" else [get_strategy(choice.strategy).name]
-    return [RunConfig.make(n, dict(choice.plan_overrides), dict(choice.exec_overrides)) for n in names]
+    return [_named(inst, name, choice, default) for name in names]
+
+
+def _named(inst: Instance, name: str, choice: Choice, default: DefaultConfig) -> RunConfig:
+    """Strategy ``name`` with the backend's datapath defaults for its program
+    (a row of --strategy two-shot is two-shot as the default would run it,
+    compiled where the default compiles), the user's own choices over them."""
+    base = default(inst, choice.plan_overrides, name)
+    if base.strategy != name:  # the backend would run another strategy: the user asked for this one
+        return RunConfig.make(name, dict(choice.plan_overrides), dict(choice.exec_overrides))
+    return _overridden(base, choice)
+
+
+def _overridden(base: RunConfig, choice: Choice) -> RunConfig:
+    return RunConfig.make(
+        base.strategy,
+        {**dict(base.plan_params), **choice.plan_overrides},
+        {**dict(base.exec_params), **choice.exec_overrides},
+    )
 
 
 class Row(NamedTuple):
