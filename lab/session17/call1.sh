@@ -25,3 +25,11 @@ for n in 8 2; do
     grep -E "^ +[0-9]|strategy|rror" $T/ar-p$n-$s.log | sed "s/^/ar p$n $s: /" | head -70
   done
 done
+# The Communicator's graph time beside the bench row of the same size, on the same machine minutes apart.
+TR="python3 -m torch.distributed.run --standalone --nproc-per-node"
+for n in 2 8; do
+  timeout 60 $TR $n lab/issue30/comm_host.py --bytes $((8 * n)) --zero-copy > $T/comm-host-p$n.log 2>&1
+  grep comm-host $T/comm-host-p$n.log | sort | head -8
+  timeout 60 $P bench all-reduce --procs $n --backend cupy -b $((8 * n)) -e $((8 * n)) --no-inplace \
+    > $T/ar-row-p$n.log 2>&1; grep -E "^ +[0-9]|strategy" $T/ar-row-p$n.log | sed "s/^/row p$n: /"
+done
