@@ -31,10 +31,20 @@ from purlin_bench.base.config import RunConfig
 from purlin_bench.spec.instance import Instance
 
 
-def default_strategy(inst: Instance) -> str:
+# With ranks as processes, an all-reduce whose every rank holds at least one
+# element a rank and at most this many bytes takes push-parity: one flag
+# exchange a call where two-shot waits on ready, data and done (D47; larger
+# sizes were not measured, and parity scratch doubles push's).
+PROCS_PARITY_MAX_BYTES = 256 << 10
+
+
+def default_strategy(inst: Instance, processes: bool = False) -> str:
+    """The default strategy for ``inst``; ``processes``: its ranks are processes (not virtual ranks)."""
     if inst.op == "reduce":
         spread = len(inst.flows) >= inst.ranks and all(len(f.consumer_ranks()) == 1 for f in inst.flows)
-        return "direct" if spread else "two-shot"
+        if spread:
+            return "direct"
+        return "push-parity" if processes and _parity_pays(inst) else "two-shot"
     source_ranks = {p.rank for f in inst.flows for p in f.sources}
     fans_out = any(len(f.consumer_ranks()) > 1 for f in inst.flows)
     if len(source_ranks) > 1:
@@ -53,11 +63,22 @@ _MAX_CHANNELS = 8
 VARIABLE_ONE_CHANNEL_BYTES = 4 << 20
 
 
-def untuned_config(inst: Instance) -> RunConfig:
+def _parity_pays(inst: Instance) -> bool:
+    """Whether ``inst`` is a small all-reduce at fixed sizes: every rank
+    feeds and receives every flow, at least one element a rank (D47)."""
+    everyone = set(range(inst.ranks))
+    all_to_all = all(
+        {p.rank for p in f.sources} == everyone and set(f.consumer_ranks()) == everyone for f in inst.flows
+    )
+    small = max(inst.in_counts) * inst.itemsize <= PROCS_PARITY_MAX_BYTES
+    return not inst.variable and all_to_all and small and min(inst.in_counts) >= inst.ranks
+
+
+def untuned_config(inst: Instance, processes: bool = False) -> RunConfig:
     """The strategy and strategy parameter of the untuned default for
-    ``inst``, without measuring anything. Each backend then adds its own
-    datapath defaults (Backend.default_config)."""
-    strategy = default_strategy(inst)
+    ``inst`` (``processes``: its ranks are processes), without measuring
+    anything. Each backend then adds its own datapath defaults (Backend.default_config)."""
+    strategy = default_strategy(inst, processes)
     plan_params = {"channels": 1, "slice_bytes": 0}
     if strategy == "push" and inst.op != "reduce":
         # A rank sending several flows gives each its own channel, so they

@@ -233,3 +233,33 @@ def test_a_parity_program_prepared_without_a_kernel_runs_compiled(monkeypatch):
     backend.prepare(plain)
     backend.prepare(parity, kernel="interpreted")
     assert [kw["kernel"] for kw in made] == ["compiled", "interpreted", "interpreted"]
+
+
+def test_processes_take_push_parity_for_a_small_all_reduce():
+    """D47: with ranks as processes a small all-reduce is one flag exchange
+    a call (push-parity); virtual ranks, fewer elements than ranks, sizes past
+    the bound measured, and reduce-scatter keep their defaults."""
+    from purlin_bench.strategies.default import PROCS_PARITY_MAX_BYTES
+
+    assert default_strategy(_at("all-reduce", 4096), processes=True) == "push-parity"
+    assert default_strategy(_at("all-reduce", 4096, ranks=2), processes=True) == "push-parity"
+    assert default_strategy(_at("all-reduce", 8, ranks=2), processes=True) == "push-parity"  # one element a rank
+    assert default_strategy(_at("all-reduce", 8), processes=True) == "two-shot"  # 2 elements on 8 ranks
+    assert default_strategy(_at("all-reduce", PROCS_PARITY_MAX_BYTES), processes=True) == "push-parity"
+    assert default_strategy(_at("all-reduce", 2 * PROCS_PARITY_MAX_BYTES), processes=True) == "two-shot"
+    assert default_strategy(_at("all-reduce", 4096)) == "two-shot"
+    for name in ("reduce-scatter", "reduce", "all-gather", "reduce-scatter-v"):
+        assert default_strategy(_at(name, 4096), processes=True) == default_strategy(_at(name, 4096)), name
+
+
+def test_the_service_asks_for_the_process_default_where_ranks_are_processes(monkeypatch):
+    from purlin_bench.backends.cupy import CupyBackend
+    from purlin_bench.backends.port import PROCS, PROCS_SHARED, VIRTUAL
+    from purlin_bench.measure.service import MeasurementService
+
+    inst = _at("all-reduce", 4096)
+    for layout, expected in ((VIRTUAL, "two-shot"), (PROCS, "push-parity"), (PROCS_SHARED, "push-parity")):
+        monkeypatch.setattr(CupyBackend, "rank_layout", lambda self, layout=layout: layout)
+        config = MeasurementService(CupyBackend(8)).default_config(inst)
+        assert config.strategy == expected, layout
+        assert dict(config.exec_params).get("kernel") == "compiled"  # parity scratch runs compiled only
