@@ -209,8 +209,9 @@ def test_a_named_strategy_runs_on_the_backends_datapath_defaults_for_it():
     assert [c.strategy for c in configs] == list(STRATEGIES)
     for config in configs:
         assert dict(config.exec_params).get("kernel") == "compiled", config
-    (config,) = configs_for(inst, 4096, Choice("direct", {"channels": 2}, {"kernel": "interpreted"}),
-                            service.default_config)
+    (config,) = configs_for(
+        inst, 4096, Choice("direct", {"channels": 2}, {"kernel": "interpreted"}), service.default_config
+    )
     assert (config.strategy, dict(config.exec_params)["kernel"]) == ("direct", "interpreted")
     assert dict(config.plan_params)["channels"] == 2
 

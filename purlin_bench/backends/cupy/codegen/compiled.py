@@ -198,16 +198,19 @@ def _wait_code(op, rank: int, channel: int, jitter: bool = False) -> str:
     )
 
 
-def _notify_code(op, jitter: bool = False) -> list[str]:
+# Most notifies one release carries (one a thread of the first warp).
+MAX_BATCHED_NOTIFIES = 32
+
+
+def _notify_code(ids: Sequence[int], step: int, jitter: bool = False) -> list[str]:
     """Thread k bumps flag k, each after its own fence, all at once."""
-    ids = [int(x) for x in op["notify"][: int(op["nnotify"])]]
     if not ids:
         return []
     barrier = "    __syncthreads();  // the whole block's writes happen before the release"
     if len(ids) == 1:
-        delay = f"jitter(epoch, {int(op['step'])}, 2); " if jitter else ""
+        delay = f"jitter(epoch, {step}, 2); " if jitter else ""
         return [barrier, f"    if (threadIdx.x == 0) {{ {delay}fence_release(); red_release({_flags(ids)}); }}"]
-    delay = f"if (threadIdx.x == 0) jitter(epoch, {int(op['step'])}, 2); " if jitter else ""
+    delay = f"if (threadIdx.x == 0) jitter(epoch, {step}, 2); " if jitter else ""
     bumps = " ".join(f"if (threadIdx.x == {k}) red_release({_flags([i])});" for k, i in enumerate(ids))
     return [barrier, f"    if (threadIdx.x < {len(ids)}) {{ {delay}fence_release(); {bumps} }}"]
 
@@ -265,15 +268,29 @@ def _group_code(
         lines.extend(variable.count_loads(sized[0][begin:end], sized[1]))
         registers = variable.in_registers(sized[0][begin:end])
     moved: list[int] = []  # ops since the last barrier
+    # Notifies not yet released: a run of ops that wait on nothing releases
+    # its notifies together, one barrier and one fence for all (push-parity
+    # at 8 processes paid a barrier and a system-scope fence per peer, 7 in a
+    # row). A release only comes later, past ops that wait on nothing, so no
+    # wait can come to depend on it and every order the program had still holds.
+    pending: list[int] = []
 
     def where(base: int) -> tuple[tuple[int, str], int]:
         rank, buf, offset = layout.where[base]
         return (rank, buf), offset
 
+    def release(step: int) -> None:
+        nonlocal moved
+        lines.extend(_notify_code(pending, step, jitter))
+        pending.clear()
+        moved = []
+
     for k in range(begin, end):
         op = ops[k]
         kind, count = int(op["op"]), int(op["count"])
         nwait, nsrc, ndst = int(op["nwait"]), int(op["nsrc"]), int(op["ndst"])
+        if nwait and pending:
+            release(int(ops[k - 1]["step"]))
         lines.append(f"    // step {int(op['step'])}: {_what(op)}")
         if jitter:
             lines.append(f"    jitter(epoch, {int(op['step'])}, 0);")
@@ -303,10 +320,12 @@ def _group_code(
                 f"{str(aligned).lower()}, {head}, tid, stride); }}"
             )
             moved.append(k)
-        notify = _notify_code(op, jitter)
-        if notify:
-            lines.extend(notify)
-            moved = []
+        ids = [int(x) for x in op["notify"][: int(op["nnotify"])]]
+        if pending and len(pending) + len(ids) > MAX_BATCHED_NOTIFIES:
+            release(int(ops[k - 1]["step"]))
+        pending.extend(ids)
+    if pending:
+        release(int(ops[end - 1]["step"]))
     return lines
 
 
