@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from purlin_bench.backends.cupy.codegen import variable
-from purlin_bench.backends.cupy.codegen.lower import BUFFER_INDEX, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE, Lowered
+from purlin_bench.backends.cupy.codegen.lower import BUFFER_INDEX, MAX_DST, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE
+from purlin_bench.backends.cupy.codegen.lower import Lowered
 from purlin_bench.base.errors import CapacityError, ProgramError
 from purlin_bench.program.model import Program, Ref
 
@@ -244,6 +245,28 @@ def _ordered_without_barrier(before, op, layout: BaseLayout) -> bool:
     return True
 
 
+def _same_source_copies(ops, k: int, end: int, layout: BaseLayout) -> list[int]:
+    """The ops right after copy ``k`` that copy its one source slice, as many
+    elements split the same way, waiting on nothing and needing no barrier:
+    one move_op then loads the source once and stores every destination
+    (push stages a rank's input to each peer as an op of its own)."""
+    op = ops[k]
+    if int(op["op"]) != OP_COPY or int(op["nsrc"]) != 1 or int(op["nwait"]):
+        return []
+    same, ndst = [], int(op["ndst"])
+    for j in range(k + 1, end):
+        nxt = ops[j]
+        alike = int(nxt["op"]) == OP_COPY and int(nxt["nsrc"]) == 1 and not int(nxt["nwait"])
+        alike = alike and int(nxt["src"][0]) == int(op["src"][0]) and int(nxt["count"]) == int(op["count"])
+        if not alike or layout.split(nxt) != layout.split(op) or ndst + int(nxt["ndst"]) > MAX_DST:
+            break
+        if not _ordered_without_barrier([ops[i] for i in (k, *same)], nxt, layout):
+            break
+        same.append(j)
+        ndst += int(nxt["ndst"])
+    return same
+
+
 def _group_code(
     ops,
     begin: int,
@@ -285,22 +308,25 @@ def _group_code(
         pending.clear()
         moved = []
 
-    for k in range(begin, end):
+    k = begin
+    while k < end:
         op = ops[k]
         kind, count = int(op["op"]), int(op["count"])
-        nwait, nsrc, ndst = int(op["nwait"]), int(op["nsrc"]), int(op["ndst"])
+        nwait, nsrc = int(op["nwait"]), int(op["nsrc"])
         if nwait and pending:
             release(int(ops[k - 1]["step"]))
-        lines.append(f"    // step {int(op['step'])}: {_what(op)}")
+        together = [k] if sized is not None else [k, *_same_source_copies(ops, k, end, layout)]
+        for i in together:
+            lines.append(f"    // step {int(ops[i]['step'])}: {_what(ops[i])}{' (with the above)' if i > k else ''}")
         if jitter:
-            lines.append(f"    jitter(epoch, {int(op['step'])}, 0);")
+            lines.extend(f"    jitter(epoch, {int(ops[i]['step'])}, 0);" for i in together)
         if nwait:
             lines.append(_wait_code(op, rank, channel, jitter))
             moved = []
         elif kind != OP_NONE and (
             variable.may_overlap([(sized[0][i], int(ops[i]["nsrc"])) for i in moved], sized[0][k], nsrc, where)
             if sized is not None
-            else not _ordered_without_barrier([ops[i] for i in moved], op, layout)
+            else not all(_ordered_without_barrier([ops[i] for i in moved], ops[j], layout) for j in together)
         ):
             lines.append("    __syncthreads();  // this op reads or writes elements another thread moved")
             moved = []
@@ -313,17 +339,20 @@ def _group_code(
             moved.append(k)
         elif kind != OP_NONE:
             aligned, head = layout.split(op)
+            dsts = [d for i in together for d in ops[i]["dst"][: int(ops[i]["ndst"])]]
             lines.append(
                 f"    {{ char* const src[{nsrc}] = {{{_slices(op['src'][:nsrc])}}};"
-                f" char* const dst[{ndst}] = {{{_slices(op['dst'][:ndst])}}};"
-                f" move_op<PURLIN_UNROLL>({_KIND[kind]}, {count}ll, {nsrc}, {ndst}, src, dst, "
+                f" char* const dst[{len(dsts)}] = {{{_slices(dsts)}}};"
+                f" move_op<PURLIN_UNROLL>({_KIND[kind]}, {count}ll, {nsrc}, {len(dsts)}, src, dst, "
                 f"{str(aligned).lower()}, {head}, tid, stride); }}"
             )
-            moved.append(k)
-        ids = [int(x) for x in op["notify"][: int(op["nnotify"])]]
-        if pending and len(pending) + len(ids) > MAX_BATCHED_NOTIFIES:
-            release(int(ops[k - 1]["step"]))
-        pending.extend(ids)
+            moved.extend(together)
+        for i in together:
+            ids = [int(x) for x in ops[i]["notify"][: int(ops[i]["nnotify"])]]
+            if pending and len(pending) + len(ids) > MAX_BATCHED_NOTIFIES:
+                release(int(ops[i - 1]["step"]))
+            pending.extend(ids)
+        k = together[-1] + 1
     if pending:
         release(int(ops[end - 1]["step"]))
     return lines
