@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 17, device call 3 (.snap = git archive HEAD = 8d93ca6), under MPS: the compiled
-# datapath with notifies released together (8d93ca6): checked at 8 processes (also with
+# Session 17, device call 3 (.snap = git archive HEAD; .snap2 = 7815825, before notifies were
+# released together and copies of one source merged), under MPS: the compiled datapath with both: checked at 8 processes (also with
 # the jitter test mode) and on virtual ranks, every strategy; then all-reduce at 2, 4, 8
 # processes beside ipc, every strategy and the default (D47); the Communicator's graph
 # and host time beside the bench row of its size.
@@ -30,6 +30,14 @@ for n in 8 2; do
   grep -E "^ +[0-9]|strategy" $T/ar-p$n-all.log | paste - - | awk '{print "ar p'$n'", $1, $6, $0}' \
     | sed -E 's/ +[0-9]+ +[0-9]+ +float.*strategy/ /; s/; floor.*//' | cut -c1-130
 done
+cd ../.snap2; export PYTHONPATH=/tmp/site:$PWD
+for n in 8 2; do  # the same rows before 8d93ca6 and the merge, on this machine
+  timeout 60 $P bench all-reduce --procs $n --backend cupy -b 8 -e 1M -f 8 --no-inplace --strategy all \
+    > $T/before-p$n.log 2>&1; echo "rc=$?"
+  grep -E "^ +[0-9]|strategy" $T/before-p$n.log | paste - - | awk '{print "before p'$n'", $1, $6, $0}' \
+    | sed -E 's/ +[0-9]+ +[0-9]+ +float.*strategy/ /; s/; floor.*//' | cut -c1-130
+done
+cd ../.snap; export PYTHONPATH=/tmp/site:$PWD
 for n in 2 4 8; do
   timeout 60 $P bench all-reduce,reduce-scatter --procs $n --backend cupy -b 8 -e 1M -f 8 --no-inplace \
     > $T/auto-p$n.log 2>&1; echo "rc=$?"
