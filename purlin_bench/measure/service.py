@@ -26,16 +26,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from purlin_bench.backends.port import (
-    PROCS,
-    PROCS_SHARED,
-    Backend,
-    Reference,
-    Runner,
-    TimingPolicy,
-    check_params,
-    unsupported,
-)
+from purlin_bench.backends.port import Backend, Reference, Runner, TimingPolicy, check_params, unsupported
 from purlin_bench.measure.compare import CheckResult
 from purlin_bench.base.config import RunConfig
 from purlin_bench.base.dtypes import resolve_dtype
@@ -135,7 +126,8 @@ class MeasurementService:
         strategy (or ``strategy``) with this backend's datapath defaults.
         ``plan_overrides`` (a user's --channels or --slice-bytes) are applied
         first, so the backend chooses its datapath for the program that will run."""
-        processes = self.backend.rank_layout() in (PROCS, PROCS_SHARED)
+        # Not rank_layout(): a process driver has no world to ask whether its ranks share a GPU.
+        processes = self.backend.procs is not None
         base = untuned_config(inst, processes) if strategy is None else RunConfig.make(strategy, {})
         if plan_overrides:
             base = RunConfig.make(base.strategy, {**dict(base.plan_params), **plan_overrides}, dict(base.exec_params))

@@ -254,13 +254,20 @@ def test_processes_take_push_parity_for_a_small_all_reduce():
 
 
 def test_the_service_asks_for_the_process_default_where_ranks_are_processes(monkeypatch):
+    """Whether ranks are processes comes from the port's ``procs``, not from
+    rank_layout(): the cupy driver of a --procs run has no world to ask
+    whether its ranks share a GPU (an AttributeError on the H200, session 17)."""
     from purlin_bench.backends.cupy import CupyBackend
-    from purlin_bench.backends.port import PROCS, PROCS_SHARED, VIRTUAL
     from purlin_bench.measure.service import MeasurementService
 
+    def no_world(self):
+        raise AttributeError("'CupyBackendProcs' object has no attribute '_world'")
+
+    monkeypatch.setattr(CupyBackend, "world", property(no_world))
     inst = _at("all-reduce", 4096)
-    for layout, expected in ((VIRTUAL, "two-shot"), (PROCS, "push-parity"), (PROCS_SHARED, "push-parity")):
-        monkeypatch.setattr(CupyBackend, "rank_layout", lambda self, layout=layout: layout)
-        config = MeasurementService(CupyBackend(8)).default_config(inst)
-        assert config.strategy == expected, layout
+    from types import SimpleNamespace
+
+    for procs, expected in ((None, "two-shot"), (SimpleNamespace(watchdog_s=10.0), "push-parity")):
+        config = MeasurementService(CupyBackend(8, procs=procs)).default_config(inst)
+        assert config.strategy == expected, procs
         assert dict(config.exec_params).get("kernel") == "compiled"  # parity scratch runs compiled only
