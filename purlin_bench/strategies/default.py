@@ -67,11 +67,11 @@ def _parity_pays(inst: Instance) -> bool:
     """Whether ``inst`` is a small all-reduce at fixed sizes: every rank
     feeds and receives every flow, at least one element a rank (D47)."""
     everyone = set(range(inst.ranks))
-    all_to_all = all(
+    both_ways = all(
         {p.rank for p in f.sources} == everyone and set(f.consumer_ranks()) == everyone for f in inst.flows
     )
     small = max(inst.in_counts) * inst.itemsize <= PROCS_PARITY_MAX_BYTES
-    return not inst.variable and all_to_all and small and min(inst.in_counts) >= inst.ranks
+    return not inst.variable and both_ways and small and min(inst.in_counts) >= inst.ranks
 
 
 def untuned_config(inst: Instance, processes: bool = False) -> RunConfig:
