@@ -249,7 +249,7 @@ def _same_source_copies(ops, k: int, end: int, layout: BaseLayout) -> list[int]:
     """The ops right after copy ``k`` that copy its one source slice, as many
     elements split the same way, waiting on nothing and needing no barrier:
     one move_op then loads the source once and stores every destination
-    (push stages a rank's input to each peer as an op of its own)."""
+    (push stages a rank's input to each peer as an op of its own; D48)."""
     op = ops[k]
     if int(op["op"]) != OP_COPY or int(op["nsrc"]) != 1 or int(op["nwait"]):
         return []
@@ -295,7 +295,7 @@ def _group_code(
     # its notifies together, one barrier and one fence for all (push-parity
     # at 8 processes paid a barrier and a system-scope fence per peer, 7 in a
     # row). A release only comes later, past ops that wait on nothing, so no
-    # wait can come to depend on it and every order the program had still holds.
+    # wait can come to depend on it and every order the program had still holds (D48).
     pending: list[int] = []
 
     def where(base: int) -> tuple[tuple[int, str], int]:
