@@ -29,6 +29,7 @@ from rich.text import Text
 from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.program.model import Consume, FlagRef, Notify, Program, Ref, Stage, Step, StepId
 from purlin_bench.program.variable import runtime_text
+from purlin_bench.program.schedule import flag_hops
 
 COLUMNS = ("#", "kind", "action", "peer", "reads", "writes", "flag", "role")
 
@@ -82,6 +83,7 @@ class Summary:
     consumes: int
     channels: int
     flags: int  # flag words over all ranks (each bumped once per call)
+    hops: int  # flag hops on the critical path (schedule.flag_hops)
     scratch_elems: int  # per rank
     scratch_bytes: int
     parity: bool  # two halves of scratch, alternating by call
@@ -210,6 +212,7 @@ def summarize(program: Program) -> Summary:
         consumes=kinds["consume"],
         channels=program.channels,
         flags=sum(program.flag_counts),
+        hops=flag_hops(program),
         scratch_elems=program.scratch_count,
         scratch_bytes=program.scratch_count * dtype.itemsize,
         parity=program.parity_scratch,
@@ -262,7 +265,8 @@ def summary_lines(program: Program, summary: Summary | None = None) -> list[str]
     return counts + [
         f"steps: {s.steps} ({s.stages} stage, {s.notifies} notify, {s.consumes} consume)"
         f" over {program.ranks} ranks x {s.channels} channel(s)",
-        f"flags: {s.flags} (each bumped once per call; epoch counters, no reset)",
+        f"flags: {s.flags} (each bumped once per call; epoch counters, no reset);"
+        f" {s.hops} flag hop(s) on the critical path (round trips a call where ranks are processes)",
         f"scratch: {s.scratch_elems} elements per rank ({human_bytes(s.scratch_bytes)})"
         + (", twice: halves alternating by call (parity scratch)" if s.parity else ""),
         f"remote reads: {s.remote_reads} slices ({human_bytes(s.remote_read_bytes)});"

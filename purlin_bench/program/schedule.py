@@ -72,3 +72,20 @@ class Walk:
             for sid, step in ready:
                 yield sid, step
                 self.finish(sid, step)
+
+
+def flag_hops(program: Program) -> int:
+    """The flag hops on the program's critical path: a wait ends one hop after
+    the last notify it waits for (from another list), so where ranks are
+    processes a call costs about that many cross-rank round trips. Walked in
+    the validator's order, which finishes every notify before a wait on it."""
+    hops: dict[tuple[int, int], int] = {}
+    bumped: dict[FlagRef, int] = {}
+    for sid, step in Walk(program).order():
+        here = hops.get((sid.rank, sid.channel), 0)
+        if isinstance(step, Consume) and step.waits:
+            here = max(here, *(bumped[f] + 1 for f in step.waits))
+        elif isinstance(step, Notify):
+            bumped[step.flag] = max(bumped.get(step.flag, 0), here)
+        hops[(sid.rank, sid.channel)] = here
+    return max(hops.values(), default=0)

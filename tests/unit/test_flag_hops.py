@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import pytest
 
+from purlin_bench.base.errors import PurlinError
 from purlin_bench.program.model import Notify
-from purlin_bench.spec import instantiate, load_builtin
+from purlin_bench.program.schedule import flag_hops
+from purlin_bench.spec import instantiate, load_all_builtin, load_builtin
+from purlin_bench.strategies import STRATEGIES
 from purlin_bench.strategies.derive import derive_program
 
 
-def flag_hops(program) -> int:
-    """The most hops any list needs to finish (every rank run as far as it can, again and again)."""
+def hops_by_sweeps(program) -> int:
+    """An oracle written apart from schedule.flag_hops: every list run as far
+    as it can, again and again; the most hops any list needs to finish."""
     lists = {(r, c): steps for r, chans in enumerate(program.lists) for c, steps in enumerate(chans)}
     expected: dict = {}
     for steps in lists.values():
@@ -65,3 +69,15 @@ def test_one_shot_strategies_take_a_fixed_number_of_hops_whatever_the_ranks(coll
 def test_the_ring_is_a_chain_the_measure_can_see():
     inst = instantiate(load_builtin("reduce-scatter"), 8, 4096, 4)
     assert flag_hops(derive_program(inst, "ring", "float32", "sum")) > 8
+
+
+@pytest.mark.parametrize("spec", load_all_builtin(), ids=lambda s: s.name)
+def test_show_counts_the_hops_the_oracle_counts(spec):
+    for ranks in (3, 8):
+        inst = instantiate(spec, ranks, 1001, 4, ranks - 1 if spec.rooted else 0)
+        for strategy in STRATEGIES:
+            try:
+                program = derive_program(inst, strategy, "float32", "sum" if inst.op == "reduce" else None)
+            except PurlinError:  # a strategy this collective does not take
+                continue
+            assert flag_hops(program) == hops_by_sweeps(program), (spec.name, ranks, strategy)
