@@ -174,33 +174,46 @@ def test_where_a_barrier_is_left_out_no_element_changes_thread(collective, strat
             body = generate(low, ranks, blocks, source_text(), layout).split("switch (blockIdx.x / B) {", 1)[1]
             cases = body.split("  case ")[1:]
             assert len(cases) == len(low.groups)
+
+            def self_check(k: int, since: list[int]) -> None:
+                """Every element op ``k`` shares with an op of ``since``, one writing, is on one thread."""
+                op = low.ops[k]
+                split = layout.split(op)
+                mine = _elements(layout, op)
+                for j in since:
+                    prev = low.ops[j]
+                    psplit = layout.split(prev)
+                    for where, (wrote, i) in _elements(layout, prev).items():
+                        if where not in mine or not (wrote or mine[where][0]):
+                            continue
+                        a = _thread_of(*psplit, int(prev["count"]), 16 // itemsize, stride, i)
+                        b = _thread_of(*split, int(op["count"]), 16 // itemsize, stride, mine[where][1])
+                        assert a == b, (
+                            f"{collective}/{strategy} R={ranks} count={count}: ops {j} and {k}"
+                            f" share {where} on threads {a} and {b} with no barrier"
+                        )
+
             for (begin, end, _, _), case in zip(low.groups.tolist(), cases):
-                moving = iter(k for k in range(begin, end) if low.ops[k]["op"])
+                by_step = {int(low.ops[k]["step"]): k for k in range(begin, end) if low.ops[k]["op"]}
+                covered: list[int] = []  # the moving ops whose step comment came since the last move
                 since: list[int] = []
                 previous = ""
                 for line in case.splitlines():
+                    step = re.match(r"    // step (\d+):", line)
+                    if step and int(step.group(1)) in by_step:
+                        covered.append(by_step[int(step.group(1))])
                     if "__syncthreads(" in line or "__syncthreads_or(" in line:  # a wait's barrier is an _or
                         since = []
                     elif "move_op<" in line:
                         # a compiler fence keeps program order where no barrier does
                         assert not since or 'asm volatile("" ::: "memory")' in previous
-                        k = next(moving)
-                        op = low.ops[k]
-                        split = layout.split(op)
-                        mine = _elements(layout, op)
-                        for j in since:
-                            prev = low.ops[j]
-                            psplit = layout.split(prev)
-                            for where, (wrote, i) in _elements(layout, prev).items():
-                                if where not in mine or not (wrote or mine[where][0]):
-                                    continue
-                                a = _thread_of(*psplit, int(prev["count"]), 16 // itemsize, stride, i)
-                                b = _thread_of(*split, int(op["count"]), 16 // itemsize, stride, mine[where][1])
-                                assert a == b, (
-                                    f"{collective}/{strategy} R={ranks} count={count}: ops {j} and {k}"
-                                    f" share {where} on threads {a} and {b} with no barrier"
-                                )
-                        since.append(k)
+                        # One move_op runs one op, or copies of one source merged (each checked
+                        # against the ops before it in the move as well: a thread stores them in turn).
+                        assert covered, line
+                        merged, covered = covered, []
+                        for k in merged:
+                            self_check(k, since)
+                            since.append(k)
                     previous = line
 
 

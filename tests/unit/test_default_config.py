@@ -271,3 +271,24 @@ def test_the_service_asks_for_the_process_default_where_ranks_are_processes(monk
         config = MeasurementService(CupyBackend(8, procs=procs)).default_config(inst)
         assert config.strategy == expected, procs
         assert dict(config.exec_params).get("kernel") == "compiled"  # parity scratch runs compiled only
+
+
+def test_a_kernel_asked_for_runs_on_sms_even_where_the_default_takes_copy_engines():
+    """bench all-to-all --strategy push --kernel compiled at 64 MiB: the
+    default's stages go to copy engines there (D5); the user asked for a
+    kernel, so the row runs it on SMs (a review found it on copy engines)."""
+    from purlin_bench.backends.cupy import CupyBackend
+    from purlin_bench.measure.service import MeasurementService
+    from purlin_bench.tools.bench.run import Choice, configs_for
+
+    service = MeasurementService(CupyBackend(8))
+    inst = _at("all-to-all", 64 << 20)
+    for strategy in ("push", "auto"):
+        (plain,) = configs_for(inst, 64 << 20, Choice(strategy), service.default_config)
+        assert dict(plain.exec_params).get("datapath") == "ce", strategy  # the default's choice, kept
+        (asked,) = configs_for(inst, 64 << 20, Choice(strategy, {}, {"kernel": "compiled"}), service.default_config)
+        assert "datapath" not in dict(asked.exec_params) and dict(asked.exec_params)["kernel"] == "compiled"
+        (both,) = configs_for(
+            inst, 64 << 20, Choice(strategy, {}, {"kernel": "compiled", "datapath": "ce"}), service.default_config
+        )
+        assert dict(both.exec_params)["datapath"] == "ce"

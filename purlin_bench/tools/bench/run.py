@@ -44,9 +44,10 @@ def configs_for(inst: Instance, size: int, choice: Choice, default: DefaultConfi
 
 
 def _named(inst: Instance, name: str, choice: Choice, default: DefaultConfig) -> RunConfig:
-    """Strategy ``name`` with the backend's datapath defaults for its program
-    (a row of --strategy two-shot is two-shot as the default would run it,
-    compiled where the default compiles), the user's own choices over them."""
+    """Strategy ``name`` with the backend's datapath defaults for its program,
+    not its plan parameters (a row of --strategy two-shot is two-shot on the
+    datapath the default would run it on, compiled where the default
+    compiles), the user's own choices over them."""
     base = default(inst, choice.plan_overrides, name)
     if base.strategy != name:  # the backend would run another strategy: the user asked for this one
         return RunConfig.make(name, dict(choice.plan_overrides), dict(choice.exec_overrides))
@@ -54,10 +55,12 @@ def _named(inst: Instance, name: str, choice: Choice, default: DefaultConfig) ->
 
 
 def _overridden(base: RunConfig, choice: Choice) -> RunConfig:
+    exec_params = dict(base.exec_params)
+    if "kernel" in choice.exec_overrides and "datapath" not in choice.exec_overrides:
+        # --kernel asks for a kernel on SMs: not copy engines the backend chose for the stages.
+        exec_params.pop("datapath", None)
     return RunConfig.make(
-        base.strategy,
-        {**dict(base.plan_params), **choice.plan_overrides},
-        {**dict(base.exec_params), **choice.exec_overrides},
+        base.strategy, {**dict(base.plan_params), **choice.plan_overrides}, {**exec_params, **choice.exec_overrides}
     )
 
 

@@ -182,7 +182,12 @@ def _slices(packed: Sequence[int]) -> str:
 
 
 def _flags(ids: Sequence[int]) -> str:
-    return ", ".join(f"f{int(i) >> 20} + {int(i) & 0xFFFFF}" for i in ids)
+    return ", ".join(f"f{_flag_rank(i)} + {int(i) & 0xFFFFF}" for i in ids)
+
+
+def _flag_rank(flag: int) -> int:
+    """The rank whose flag words hold ``flag`` (lower.flag_id's packing)."""
+    return int(flag) >> 20
 
 
 def _wait_code(op, rank: int, channel: int, jitter: bool = False) -> str:
@@ -291,10 +296,10 @@ def _group_code(
         lines.extend(variable.count_loads(sized[0][begin:end], sized[1]))
         registers = variable.in_registers(sized[0][begin:end])
     moved: list[int] = []  # ops since the last barrier
-    # Notifies not yet released: a run of ops that wait on nothing releases
-    # its notifies together, one barrier and one fence for all (push-parity
-    # at 8 processes paid a barrier and a system-scope fence per peer, 7 in a
-    # row). A release only comes later, past ops that wait on nothing, so no
+    # Notifies not yet released: ops that wait on nothing and notify different ranks release together,
+    # one barrier and one fence for all (push-parity at 8 processes paid both per peer, 7 in a row). An op
+    # notifying a rank already pending releases the run first, so a stream of slices to one rank (ring)
+    # hands each on before writing the next. A release only moves past ops that wait on nothing, so no
     # wait can come to depend on it and every order the program had still holds (D48).
     pending: list[int] = []
 
@@ -313,9 +318,11 @@ def _group_code(
         op = ops[k]
         kind, count = int(op["op"]), int(op["count"])
         nwait, nsrc = int(op["nwait"]), int(op["nsrc"])
-        if nwait and pending:
-            release(int(ops[k - 1]["step"]))
         together = [k] if sized is not None else [k, *_same_source_copies(ops, k, end, layout)]
+        ids = [int(x) for i in together for x in ops[i]["notify"][: int(ops[i]["nnotify"])]]
+        again = {_flag_rank(i) for i in ids} & {_flag_rank(i) for i in pending}
+        if pending and (nwait or again or len(pending) + len(ids) > MAX_BATCHED_NOTIFIES):
+            release(int(ops[k - 1]["step"]))
         for i in together:
             lines.append(f"    // step {int(ops[i]['step'])}: {_what(ops[i])}{' (with the above)' if i > k else ''}")
         if jitter:
@@ -347,11 +354,7 @@ def _group_code(
                 f"{str(aligned).lower()}, {head}, tid, stride); }}"
             )
             moved.extend(together)
-        for i in together:
-            ids = [int(x) for x in ops[i]["notify"][: int(ops[i]["nnotify"])]]
-            if pending and len(pending) + len(ids) > MAX_BATCHED_NOTIFIES:
-                release(int(ops[i - 1]["step"]))
-            pending.extend(ids)
+        pending.extend(ids)
         k = together[-1] + 1
     if pending:
         release(int(ops[end - 1]["step"]))
