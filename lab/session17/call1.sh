@@ -3,16 +3,9 @@
 # session 16's call3 found it refused (check and bench asked no kernel; the interpreter
 # cannot run parity scratch), and every all-reduce strategy at --procs 2 and 8 on its
 # compiled datapath (named strategies now get the backend's datapath defaults), beside ipc.
-set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p $OUT; T=/tmp/logs; mkdir -p $T
-export PYTHONUNBUFFERED=1
-trap 'tar -czf $OUT/logs.tgz -C $T .; echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
-nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-cd .snap; export PYTHONPATH=/tmp/site:$PWD; git log -1 --oneline 2>/dev/null
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d
-P="python3 -m purlin_bench"
+source lab/device-prelude.sh
+mps_on
+use_tree .snap
 ( time timeout 100 $P check all-reduce,reduce-scatter --procs 8 --backend cupy --strategy push-parity \
     --count 1,1001,65536 --dtype float32,bfloat16 ) > $T/check-parity-p8.log 2>&1; echo "rc=$?"
 grep -cE "pass" $T/check-parity-p8.log; grep -E "fail|error|n/a" $T/check-parity-p8.log | head -5; tail -4 $T/check-parity-p8.log
@@ -26,7 +19,6 @@ for n in 8 2; do
   done
 done
 # The Communicator's graph time beside the bench row of the same size, on the same machine minutes apart.
-TR="python3 -m torch.distributed.run --standalone --nproc-per-node"
 for n in 2 8; do
   timeout 60 $TR $n lab/issue30/comm_host.py --bytes $((8 * n)) --zero-copy > $T/comm-host-p$n.log 2>&1
   grep comm-host $T/comm-host-p$n.log | sort | head -8

@@ -3,16 +3,9 @@
 # `pytest -m gpu` (less the 92 s jitter test) at HEAD, the first since session 14's
 # 9e18a49 (zero-copy, push-parity, 2e126d4's -v barrier rule, D47's process default
 # have not run in it), then the -v compiled kernels 2e126d4 changed, every strategy.
-set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p $OUT; T=/tmp/logs; mkdir -p $T
-export PYTHONUNBUFFERED=1
-trap 'tar -czf $OUT/logs.tgz -C $T .; echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
-nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-cd .snap; export PYTHONPATH=/tmp/site:$PWD
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d
-P="python3 -m purlin_bench"
+source lab/device-prelude.sh
+mps_on
+use_tree .snap
 ( time timeout 420 python3 -m pytest -q -p no:cacheprovider -m gpu --timeout 200 -rfE --durations 10 \
     --deselect tests/gpu/test_gpu_compiled.py::test_jitter_keeps_every_result tests ) > $T/pytest-gpu.log 2>&1
 echo "rc=$?"; tail -30 $T/pytest-gpu.log

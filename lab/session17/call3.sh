@@ -4,19 +4,10 @@
 # the jitter test mode) and on virtual ranks, every strategy; then all-reduce at 2, 4, 8
 # processes beside ipc, every strategy and the default (D47); the Communicator's graph
 # and host time beside the bench row of its size.
-set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p $OUT; T=/tmp/logs; mkdir -p $T
-export PYTHONUNBUFFERED=1
-trap 'tar -czf $OUT/logs.tgz -C $T .; echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
-nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-cd .snap; export PYTHONPATH=/tmp/site:$PWD
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d
-P="python3 -m purlin_bench"
-TR="python3 -m torch.distributed.run --standalone --nproc-per-node"
+source lab/device-prelude.sh
+mps_on
+use_tree .snap
 C=all-reduce,reduce-scatter,all-gather,all-to-all,broadcast,reduce
-summary() { grep -E "passed|fail|error" "$1" | grep -vE "│ +0 │ pass" | tail -3; }
 ( time timeout 120 $P check $C --procs 8 --backend cupy --kernel compiled --strategy all --count 1,1001,65536 ) \
   > $T/check-p8.log 2>&1; echo "check p8 rc=$?"; summary $T/check-p8.log
 ( time PURLIN_JITTER=2000 timeout 90 $P check all-reduce,reduce-scatter,all-gather --procs 8 --backend cupy \
@@ -27,22 +18,19 @@ summary $T/check-p8-jitter.log
 for n in 8 2; do
   timeout 100 $P bench all-reduce --procs $n --backend cupy -b 8 -e 1M -f 8 --no-inplace --strategy all \
     > $T/ar-p$n-all.log 2>&1; echo "rc=$?"
-  grep -E "^ +[0-9]|strategy" $T/ar-p$n-all.log | paste - - | awk '{print "ar p'$n'", $1, $6, $0}' \
-    | sed -E 's/ +[0-9]+ +[0-9]+ +float.*strategy/ /; s/; floor.*//' | cut -c1-130
+  rows "ar p$n" $T/ar-p$n-all.log
 done
-cd ../.snap2; export PYTHONPATH=/tmp/site:$PWD
+use_tree ../.snap2
 for n in 8 2; do  # the same rows before 8d93ca6 and the merge, on this machine
   timeout 60 $P bench all-reduce --procs $n --backend cupy -b 8 -e 1M -f 8 --no-inplace --strategy all \
     > $T/before-p$n.log 2>&1; echo "rc=$?"
-  grep -E "^ +[0-9]|strategy" $T/before-p$n.log | paste - - | awk '{print "before p'$n'", $1, $6, $0}' \
-    | sed -E 's/ +[0-9]+ +[0-9]+ +float.*strategy/ /; s/; floor.*//' | cut -c1-130
+  rows "before p$n" $T/before-p$n.log
 done
-cd ../.snap; export PYTHONPATH=/tmp/site:$PWD
+use_tree ../.snap
 for n in 2 4 8; do
   timeout 60 $P bench all-reduce,reduce-scatter --procs $n --backend cupy -b 8 -e 1M -f 8 --no-inplace \
     > $T/auto-p$n.log 2>&1; echo "rc=$?"
-  grep -E "^ +[0-9]|strategy" $T/auto-p$n.log | paste - - | awk '{print "auto p'$n'", $1, $6, $0}' \
-    | sed -E 's/ +[0-9]+ +[0-9]+ +float.*strategy/ /; s/; floor.*//' | cut -c1-130
+  rows "auto p$n" $T/auto-p$n.log
 done
 for n in 2 8; do
   timeout 60 $TR $n lab/issue30/comm_host.py --bytes $((8 * n)) --zero-copy > $T/comm-host-p$n.log 2>&1

@@ -1,19 +1,9 @@
 #!/usr/bin/env bash
 # Session 17, device call 4 (.snap = git archive HEAD), under MPS: what call 3 lost to
 # the driver's AttributeError (every bench at HEAD), plus the -v compiled check.
-set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p $OUT; T=/tmp/logs; mkdir -p $T
-export PYTHONUNBUFFERED=1
-trap 'tar -czf $OUT/logs.tgz -C $T .; echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
-nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-cd .snap; export PYTHONPATH=/tmp/site:$PWD
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d
-P="python3 -m purlin_bench"
-TR="python3 -m torch.distributed.run --standalone --nproc-per-node"
-rows() { grep -E "^ +[0-9]|strategy" "$2" | paste - - | awk '{print "'"$1"'", $1, $6, $0}' \
-  | sed -E 's/ +[0-9]+ +[0-9]+ +float.*strategy/ /; s/; floor.*//' | cut -c1-130; }
+source lab/device-prelude.sh
+mps_on
+use_tree .snap
 for n in 8 2; do
   timeout 70 $P bench all-reduce --procs $n --backend cupy -b 8 -e 1M -f 8 --no-inplace --strategy all \
     > $T/ar-p$n-all.log 2>&1; echo "rc=$?"; rows "all p$n" $T/ar-p$n-all.log
@@ -28,7 +18,6 @@ for n in 2 8; do
   timeout 60 $TR $n lab/issue30/comm_host.py --bytes $((8 * n)) --zero-copy > $T/comm-host-p$n.log 2>&1
   grep comm-host $T/comm-host-p$n.log | sort | head -8
 done
-summary() { grep -E "passed|fail|error" "$1" | grep -vE "│ +0 │ pass" | tail -3; }
 ( time timeout 80 $P check all-reduce,reduce-scatter,all-gather,all-to-all --procs 8 --backend cupy --kernel compiled \
   --strategy all --count 1001 ) > $T/check-p8.log 2>&1; echo "check p8 rc=$?"; summary $T/check-p8.log
 ( time timeout 90 $P check all-gather-v,reduce-scatter-v,all-to-all-v --backend cupy --ranks 3,8 --strategy all \

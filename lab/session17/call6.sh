@@ -1,15 +1,9 @@
 #!/usr/bin/env bash
 # Session 17, device call 6 (.snap = HEAD): the Communicator's checks at HEAD, where a small
 # all-reduce in processes now defaults to push-parity (D47) with merged copies and batched releases.
-set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p $OUT; T=/tmp/logs; mkdir -p $T
-trap 'tar -czf $OUT/logs.tgz -C $T .; echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
-nvidia-smi -L
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-cd .snap; export PYTHONPATH=/tmp/site:$PWD
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d
-TR="python3 -m torch.distributed.run --standalone --nproc-per-node"
+source lab/device-prelude.sh
+mps_on
+use_tree .snap
 for n in 8 2; do
   timeout 100 $TR $n tests/gpu/gpu_comm_worker.py --max-bytes 1048576 --replays 20 > $T/comm-worker-p$n.log 2>&1
   echo "rc=$?"; grep -E "comm-check" $T/comm-worker-p$n.log | sort | uniq -c | head -3

@@ -4,17 +4,9 @@
 # behind its stages (reduce-scatter push-parity: 8 flag hops -> 1; D47 keeps direct for it
 # on numbers taken before); then where 8 processes lose time: all-reduce push-parity with
 # 1 and 8 blocks a rank (every block bumps every flag and waiters wait for the slowest).
-set -uo pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p $OUT; T=/tmp/logs; mkdir -p $T
-trap 'tar -czf $OUT/logs.tgz -C $T .; echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
-nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-cd .snap; export PYTHONPATH=/tmp/site:$PWD
-export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
-mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d
-P="python3 -m purlin_bench"
-rows() { grep -E "^ +[0-9]|strategy" "$2" | paste - - | awk '{print "'"$1"'", $1, $6, $0}' \
-  | sed -E 's/ +[0-9]+ +[0-9]+ +float.*strategy/ /; s/; floor.*//' | cut -c1-120; }
+source lab/device-prelude.sh
+mps_on
+use_tree .snap
 timeout 90 $P check reduce-scatter,all-reduce,reduce-scatter-v --procs 8 --backend cupy --strategy push,push-parity \
   --count 1,1001,65536 > $T/check-push.log 2>&1; echo "check rc=$?"; tail -1 $T/check-push.log
 for n in 8 4; do

@@ -1,0 +1,25 @@
+# Sourced by lab/session*/call*.sh, run from the repository root on the device: logs
+# under $T come back as one tarball ($OUT/logs.tgz, a limit on files returned), the
+# wheels in .whl/ (../shared/tools/device-wheels.sh) go to /tmp/site.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p $OUT; T=/tmp/logs; mkdir -p $T
+export PYTHONUNBUFFERED=1
+trap 'tar -czf $OUT/logs.tgz -C $T .; echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
+nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
+P="python3 -m purlin_bench"
+TR="python3 -m torch.distributed.run --standalone --nproc-per-node"
+
+# Start an MPS server: processes on the GPU then run concurrently (the trap stops it).
+mps_on() { mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY; nvidia-cuda-mps-control -d; }
+
+# Run from snapshot $1 (git archive of a commit, carried): cd there, its package first.
+use_tree() { cd "$1" && export PYTHONPATH=/tmp/site:$PWD; }
+
+# bench's rows of log $2 as "LABEL size time strategy...; ipc ..." lines, labelled $1.
+rows() { grep -E "^ +[0-9]|strategy" "$2" | paste - - | awk '{print "'"$1"'", $1, $6, $0}' \
+  | sed -E 's/ +[0-9]+ +[0-9]+ +float.*strategy/ /; s/; floor.*//' | cut -c1-130; }
+
+# check's verdict lines of log $1 (its summary, failures, errors).
+summary() { grep -E "passed|fail|error" "$1" | grep -vE "│ +0 │ pass" | tail -3; }
