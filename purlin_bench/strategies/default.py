@@ -31,10 +31,11 @@ from purlin_bench.base.config import RunConfig
 from purlin_bench.spec.instance import Instance
 
 
-# With ranks as processes, an all-reduce whose every rank holds at least one
-# element a rank and at most this many bytes takes push-parity: one flag
-# exchange a call where two-shot waits on ready, data and done (D47; larger
-# sizes were not measured, and parity scratch doubles push's).
+# With ranks as processes, an all-reduce or reduce-scatter whose every rank
+# holds at least one element a rank and at most this many bytes takes
+# push-parity: one flag exchange a call where two-shot and direct wait on
+# ready, data and done (D47; larger sizes were not measured, and parity
+# scratch doubles push's).
 PROCS_PARITY_MAX_BYTES = 256 << 10
 
 
@@ -42,9 +43,9 @@ def default_strategy(inst: Instance, processes: bool = False) -> str:
     """The default strategy for ``inst``; ``processes``: its ranks are processes (not virtual ranks)."""
     if inst.op == "reduce":
         spread = len(inst.flows) >= inst.ranks and all(len(f.consumer_ranks()) == 1 for f in inst.flows)
-        if spread:
-            return "direct"
-        return "push-parity" if processes and _parity_pays(inst) else "two-shot"
+        if processes and _parity_pays(inst, spread):
+            return "push-parity"
+        return "direct" if spread else "two-shot"
     source_ranks = {p.rank for f in inst.flows for p in f.sources}
     fans_out = any(len(f.consumer_ranks()) > 1 for f in inst.flows)
     if len(source_ranks) > 1:
@@ -63,15 +64,16 @@ _MAX_CHANNELS = 8
 VARIABLE_ONE_CHANNEL_BYTES = 4 << 20
 
 
-def _parity_pays(inst: Instance) -> bool:
-    """Whether ``inst`` is a small all-reduce at fixed sizes: every rank
-    feeds and receives every flow, at least one element a rank (D47)."""
+def _parity_pays(inst: Instance, spread: bool) -> bool:
+    """Whether ``inst`` is a small reduction at fixed sizes that every rank
+    feeds, received by every rank (all-reduce) or ``spread`` one flow a rank
+    (reduce-scatter), at least one element a rank (D47). A rooted reduce is
+    neither: unmeasured, it keeps two-shot."""
     everyone = set(range(inst.ranks))
-    both_ways = all(
-        {p.rank for p in f.sources} == everyone and set(f.consumer_ranks()) == everyone for f in inst.flows
-    )
+    fed = all({p.rank for p in f.sources} == everyone for f in inst.flows)
+    received = spread or all(set(f.consumer_ranks()) == everyone for f in inst.flows)
     small = max(inst.in_counts) * inst.itemsize <= PROCS_PARITY_MAX_BYTES
-    return not inst.variable and both_ways and small and min(inst.in_counts) >= inst.ranks
+    return not inst.variable and fed and received and small and min(inst.in_counts) >= inst.ranks
 
 
 def untuned_config(inst: Instance, processes: bool = False) -> RunConfig:

@@ -236,10 +236,11 @@ def test_a_parity_program_prepared_without_a_kernel_runs_compiled(monkeypatch):
     assert [kw["kernel"] for kw in made] == ["compiled", "interpreted", "interpreted"]
 
 
-def test_processes_take_push_parity_for_a_small_all_reduce():
-    """D47: with ranks as processes a small all-reduce is one flag exchange
-    a call (push-parity); virtual ranks, fewer elements than ranks, sizes past
-    the bound measured, and reduce-scatter keep their defaults."""
+def test_processes_take_push_parity_for_a_small_all_reduce_and_reduce_scatter():
+    """D47: with ranks as processes a small all-reduce or reduce-scatter is
+    one flag exchange a call (push-parity); virtual ranks, fewer elements than
+    ranks, sizes past the bound measured, a rooted reduce and the rest keep
+    their defaults."""
     from purlin_bench.strategies.default import PROCS_PARITY_MAX_BYTES
 
     assert default_strategy(_at("all-reduce", 4096), processes=True) == "push-parity"
@@ -249,7 +250,11 @@ def test_processes_take_push_parity_for_a_small_all_reduce():
     assert default_strategy(_at("all-reduce", PROCS_PARITY_MAX_BYTES), processes=True) == "push-parity"
     assert default_strategy(_at("all-reduce", 2 * PROCS_PARITY_MAX_BYTES), processes=True) == "two-shot"
     assert default_strategy(_at("all-reduce", 4096)) == "two-shot"
-    for name in ("reduce-scatter", "reduce", "all-gather", "reduce-scatter-v"):
+    assert default_strategy(_at("reduce-scatter", 4096), processes=True) == "push-parity"
+    assert default_strategy(_at("reduce-scatter", 64, ranks=2), processes=True) == "push-parity"
+    assert default_strategy(_at("reduce-scatter", 2 * PROCS_PARITY_MAX_BYTES), processes=True) == "direct"
+    assert default_strategy(_at("reduce-scatter", 4096)) == "direct"
+    for name in ("reduce", "all-gather", "reduce-scatter-v", "all-to-all", "broadcast"):
         assert default_strategy(_at(name, 4096), processes=True) == default_strategy(_at(name, 4096)), name
 
 
