@@ -77,6 +77,15 @@ def test_reductions_and_in_place(executor):
 def test_with_datapath_parameters(executor, exec_params):
     for name in ("all-reduce", "broadcast"):
         for strategy in STRATEGIES:
+            inst = instantiate(load_builtin(name), 8, 12345, 4)
+            program = derive_program(inst, strategy, "float32", None, {"channels": 2})
+            if exec_params.get("datapath") == "ce" and program.parity_scratch:
+                # Copy engines cannot move a scratch base by the call's epoch:
+                # refused before any build, with the way out (H100, session 18:
+                # this test predated push-parity and failed here).
+                with pytest.raises(CapacityError, match="kernel=compiled, datapath=sm"):
+                    executor.prepare(program, **exec_params, **COMPILED)
+                continue
             _check(
                 executor,
                 load_builtin(name),
