@@ -21,6 +21,7 @@ from purlin_bench.base.errors import PurlinError
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.strategies import STRATEGIES
 from purlin_bench.strategies.derive import derive_program
+from tests.kernels.released import released as released_flags
 
 COLLECTIVES = ["all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "reduce", "all-to-all-v"]
 BARRIER = "__syncthreads();  // the whole block's writes happen before the release"
@@ -78,7 +79,7 @@ def _check(program, ranks: int, jitter: bool = False) -> int:
                 assert not due - released, f"step {int(ops[k]['step'])} waits before releasing {due - released}"
             if BARRIER in line:
                 barrier = True
-            bumps = re.findall(r"red_release\(([^)]*)\)", line)
+            bumps = released_flags(line)
             if bumps:
                 assert barrier, line
                 assert all(owner[b] in written for b in bumps), f"{line}: released before its op's data move"
@@ -129,7 +130,7 @@ def test_a_stream_of_slices_to_one_rank_hands_each_on_before_the_next():
     inst = instantiate(load_builtin("broadcast"), 4, 65536, 4)
     program = derive_program(inst, "ring", "float32", None, {"slice_bytes": 16 << 10})
     root = _groups(CupyBackend(4).source(program, kernel="compiled"))[0]
-    assert sum("red_release(" in line for line in root) == sum("move_op<" in line for line in root) == 16
+    assert sum(bool(released_flags(line)) for line in root) == sum("move_op<" in line for line in root) == 16
 
 
 def test_push_parity_releases_once_a_rank():

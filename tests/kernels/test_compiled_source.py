@@ -19,6 +19,7 @@ from purlin_bench.strategies.derive import derive_program
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.strategies import STRATEGIES
 from purlin_bench.backends.cupy.codegen.atoms import source_text
+from tests.kernels.released import released, released_in
 from tests.nvcc_build import assert_builds_without_spills
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "broadcast", "reduce", "gather", "scatter")
@@ -62,7 +63,7 @@ def test_every_op_becomes_straight_line_code_with_constant_offsets(collective, s
     waits = sum(int(op["nwait"]) for op in low.ops)
     assert len(re.findall(r"purlin_wait<\d+>", body)) == sum(1 for op in low.ops if op["nwait"])
     assert sum(int(m) for m in re.findall(r"u64\* const w\[(\d+)\]", body)) == waits
-    assert body.count("red_release(") == sum(int(op["nnotify"]) for op in low.ops)
+    assert len(released_in(body)) == sum(int(op["nnotify"]) for op in low.ops)
     # nothing is read from an op record: no table, no pointer chasing
     assert "ops[" not in body and "Op*" not in body
 
@@ -237,9 +238,9 @@ def test_every_flag_of_a_wait_or_notify_has_a_thread_of_its_own(collective, stra
                 n = int(re.search(r"purlin_wait<(\d+)>", line).group(1))
                 assert line.count(" + ") >= n and "if (__syncthreads_or(left))" in line.split("purlin_wait<", 1)[1]
                 waits_seen += 1
-            if "red_release(" in line and line.count("red_release(") > 1:
-                n = int(re.search(r"if \(threadIdx.x < (\d+)\)", line).group(1))
-                assert [int(t) for t in re.findall(r"if \(threadIdx.x == (\d+)\) red_release", line)] == list(range(n))
+            if "purlin_release<" in line:
+                # Thread k takes flag k of the list by selects (atoms/snac.cu): the list is the line's.
+                assert len(released(line)) == len(set(released(line))) > 1, line
                 notifies_seen += 1
     assert waits_seen > 3 and (notifies_seen > 0 or strategy != "direct")  # direct: every peer's ready at once
 
@@ -327,9 +328,9 @@ def test_jitter_adds_delays_and_nothing_else(collective, strategy, ranks, dtype)
     assert len(re.findall(r"jitter\(epoch, \d+, 1\); u64\* const w", body)) == body.count(
         "purlin_wait<"
     )  # before each wait
-    assert len(re.findall(r"jitter\(epoch, \d+, 2\); fence_release\(\)", body)) == body.count(
+    assert len(re.findall(r"jitter\(epoch, \d+, 2\); (fence_release\(\)|u64\* const r)", body)) == body.count(
         "fence_release()"
-    )  # each notify
+    ) + body.count("purlin_release<")  # each notify
     stripped = re.sub(r"    jitter\(epoch, \d+, 0\);\n", "", _signature_and_body(shaken)[1])
     stripped = re.sub(r"(if \(threadIdx.x == 0\) )?jitter\(epoch, \d+, [12]\); ", "", stripped)
     assert (

@@ -14,6 +14,7 @@ from purlin_bench.backends.cupy.codegen.compiled import options_of
 from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.strategies.derive import derive_program
+from tests.kernels.released import released_in
 from tests.nvcc_build import assert_builds_without_spills
 
 
@@ -39,7 +40,7 @@ def test_odd_calls_move_every_scratch_base_by_one_half(collective, ranks, dtype)
     push = CupyBackend(ranks).source(program_of(collective, "push", ranks, dtype), kernel="compiled")
     assert "epoch & 1" not in push
     assert body.count("move_op<") == push.split('extern "C" __global__', 1)[1].count("move_op<")
-    assert push.count("red_release(") > body.count("red_release(")
+    assert len(released_in(push)) > len(released_in(body))
 
 
 def test_programs_without_parity_scratch_are_generated_as_before():

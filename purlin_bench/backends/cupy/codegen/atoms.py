@@ -22,6 +22,12 @@ def source_text() -> str:
     return (data_dir("atoms") / SOURCE).read_text()
 
 
+@lru_cache(maxsize=1)
+def flags_text() -> str:
+    """atoms/flags.cu: the compiled datapath's waits and releases of a step's flag list."""
+    return (data_dir("atoms") / "flags.cu").read_text()
+
+
 def compile_options(
     dtype: str,
     redop: str,

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from purlin_bench.backends.cupy.codegen import variable
+from purlin_bench.backends.cupy.codegen.atoms import flags_text
 from purlin_bench.backends.cupy.codegen.lower import BUFFER_INDEX, MAX_DST, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE
 from purlin_bench.backends.cupy.codegen.lower import Lowered
 from purlin_bench.base.errors import CapacityError, ProgramError
@@ -75,42 +76,7 @@ _PROLOGUE = r"""
 #define PURLIN_MIN_BLOCKS (512 / PURLIN_MAX_THREADS > 0 ? 512 / PURLIN_MAX_THREADS : 1)
 #endif
 
-// Thread w < N waits for flag w to reach `target`, all at once: a rank that
-// waits on every peer pays one flag round trip, not one a peer in turn
-// (issue 30: at 8 processes under MPS the serial waits were most of a small
-// call). Bounded as the interpreter's waits are; 1 when the call aborted
-// (this wait timed out, or another's did).
-template <int N>
-__device__ __forceinline__ int purlin_wait(u64* const (&flags)[N], const int (&ids)[N], u64 target, u64 timeout_ns,
-                                           int* abort_flag, i64* status, int rank, int channel, int step) {
-    // Unrolled, each thread taking its own: the flags' addresses then stay
-    // in registers (indexing the array by thread would put it in local memory).
-#pragma unroll
-    for (int w = 0; w < N; ++w) {
-        if (threadIdx.x != w) continue;
-        u64 start = now_ns(), seen = 0;
-        for (u32 spin = 1;; ++spin) {
-            seen = ld_acquire(flags[w]);
-            if (seen >= target) break;
-            if ((spin & 255u) == 0) {
-                if (*(volatile int*)abort_flag) return 1;
-                u64 waited = now_ns() - start;
-                if (waited > timeout_ns) {
-                    if (atomicCAS(abort_flag, 0, 1) == 0) {
-                        status[1] = rank; status[2] = channel; status[3] = step;
-                        status[4] = ids[w]; status[5] = (i64)seen; status[6] = (i64)target;
-                        status[7] = (i64)waited;
-                        __threadfence_system();
-                        *(volatile i64*)status = ST_TIMEOUT;
-                    }
-                    return 1;
-                }
-            }
-        }
-    }
-    return 0;
-}
-
+// purlin_release and purlin_wait (a step's flag list): atoms/flags.cu, in primitives().
 """
 
 
@@ -163,10 +129,11 @@ class BaseLayout:
 
 
 def primitives(snac_source: str) -> str:
-    """snac.cu up to its interpreter kernel: types, loads, flags, data movement."""
+    """snac.cu up to its interpreter kernel (types, loads, flags, data
+    movement), then flags.cu (a step's flag list: purlin_release, purlin_wait)."""
     if _KERNEL_MARK not in snac_source:
         raise ProgramError("atoms/snac.cu has no kernel marker: the compiled datapath cannot reuse its primitives")
-    return snac_source.split(_KERNEL_MARK, 1)[0]
+    return snac_source.split(_KERNEL_MARK, 1)[0] + flags_text()
 
 
 def _base(packed: int) -> tuple[int, int]:
@@ -209,7 +176,7 @@ MAX_BATCHED_NOTIFIES = 32
 
 
 def _notify_code(ids: Sequence[int], step: int, jitter: bool = False) -> list[str]:
-    """Thread k bumps flag k, each after its own fence, all at once."""
+    """Thread k bumps flag k, each after its own fence, all at once (atoms/snac.cu, purlin_release)."""
     if not ids:
         return []
     barrier = "    __syncthreads();  // the whole block's writes happen before the release"
@@ -217,8 +184,8 @@ def _notify_code(ids: Sequence[int], step: int, jitter: bool = False) -> list[st
         delay = f"jitter(epoch, {step}, 2); " if jitter else ""
         return [barrier, f"    if (threadIdx.x == 0) {{ {delay}fence_release(); red_release({_flags(ids)}); }}"]
     delay = f"if (threadIdx.x == 0) jitter(epoch, {step}, 2); " if jitter else ""
-    bumps = " ".join(f"if (threadIdx.x == {k}) red_release({_flags([i])});" for k, i in enumerate(ids))
-    return [barrier, f"    if (threadIdx.x < {len(ids)}) {{ {delay}fence_release(); {bumps} }}"]
+    n = len(ids)
+    return [barrier, f"    {{ {delay}u64* const r[{n}] = {{{_flags(ids)}}}; purlin_release<{n}>(r); }}"]
 
 
 def _what(op) -> str:
