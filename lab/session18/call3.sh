@@ -1,22 +1,28 @@
 #!/usr/bin/env bash
-# For the next session (.snap = git archive HEAD), under MPS, 8 processes: where does a
-# flag hop's time go? Call 1 ruled out the cooperative launch (plain launches: the same
-# times) and call 2's probe the threads (128 or 512: the same). Left: (a) batch length
-# (-n 20 vs 100: host skew absorbed per batch), (b) blocks a process: ipc runs 8 blocks
-# of 512, ours 1 of 128 at these sizes. .snap5 = ipc at 1 block of 128 threads, .snap6 =
-# ours with the block ceiling uncapped so --blocks 8 holds at 64 B (lab patches only).
+# For the next session, under MPS: the compiled kernels' flag lists as one warp instruction
+# (atoms/flags.cu: a release of 7 flags was 7 system fences in a row, a wait on 7 flags 7
+# polls in turn). .snap = git archive HEAD, .snap2 = git archive 744c6eb (before), alternating
+# in one session on one machine. Then exactness after it: check at 8 processes, every
+# strategy, compiled, plain and with the jitter test mode; the compiled GPU tests.
 source lab/device-prelude.sh
 mps_on
-for n in 5 6; do rm -rf .snap$n; cp -r .snap .snap$n; done
-sed -i 's/^BLOCKS, THREADS = 8, 512/BLOCKS, THREADS = 1, 128/' .snap5/purlin_bench/backends/cupy/baselines/ipc.py
-sed -i 's/    cap_blocks: bool = True/    cap_blocks: bool = False/' .snap6/purlin_bench/backends/cupy/runtime/settings.py
-grep -c "BLOCKS, THREADS = 1, 128" .snap5/purlin_bench/backends/cupy/baselines/ipc.py
-grep -c "cap_blocks: bool = False" .snap6/purlin_bench/backends/cupy/runtime/settings.py
-B="bench reduce-scatter,all-reduce --procs 8 --backend cupy -b 64 -e 4K -f 8 --no-inplace"
-run() { ( use_tree $1 && shift && timeout 60 $P $B "$@" > $T/$LABEL.log 2>&1 ); echo "$LABEL rc=$? t=$SECONDS"
-  rows "$LABEL" $T/$LABEL.log; }
-LABEL=n20 run .snap -n 20
-LABEL=n100 run .snap -n 100
-LABEL=ipc1x128 run .snap5
-LABEL=ours-b8 run .snap6 --blocks 8 --threads 512
-LABEL=ours-b1 run .snap6 --blocks 1
+B="bench reduce-scatter,all-reduce --backend cupy -b 64 -e 64K -f 8 --no-inplace"
+for n in 8 4 2; do
+  for tree in .snap2 .snap; do
+    ( use_tree $tree && timeout 50 $P $B --procs $n > $T/p$n$tree.log 2>&1 ); echo "p$n $tree rc=$? t=$SECONDS"
+    rows "p$n $tree" $T/p$n$tree.log
+  done
+done
+for tree in .snap2 .snap .snap2 .snap; do
+  ( use_tree $tree && timeout 40 $P bench all-reduce,all-gather --backend cupy -b 8 -e 256K -f 8 --no-inplace \
+    > $T/vr$tree-$SECONDS.log 2>&1 ); echo "vr $tree rc=$?"; grep -h "geometric" $T/vr$tree-*.log | tail -1
+done
+use_tree .snap
+C="check reduce-scatter,all-reduce,all-gather,all-to-all --procs 8 --backend cupy --kernel compiled --strategy all"
+timeout 90 $P $C --count 1001 > $T/check-p8.log 2>&1; echo "check rc=$? t=$SECONDS"; summary $T/check-p8.log
+PURLIN_JITTER=2000 timeout 90 $P $C --count 1001 > $T/check-p8-jitter.log 2>&1; echo "jitter rc=$?"
+summary $T/check-p8-jitter.log
+timeout $((570 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -m gpu --timeout 150 -rfE --tb=short \
+  tests/gpu/test_gpu_compiled.py tests/gpu/test_gpu_comm_procs.py \
+  --deselect tests/gpu/test_gpu_compiled.py::test_jitter_keeps_every_result > $T/pytest.log 2>&1
+echo "pytest rc=$? t=$SECONDS"; tail -5 $T/pytest.log
