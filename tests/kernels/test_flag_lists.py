@@ -42,3 +42,24 @@ def test_a_list_of_flags_is_one_release_and_one_poll_loop(collective, strategy, 
     assert ptx.count("ld.acquire.sys") <= 2 * len(waits)
     # The lists stay in registers (an index by thread would put them in local memory).
     assert "st.local" not in ptx and "ld.local" not in ptx
+
+
+def test_each_thread_bumps_and_polls_its_own_flag_and_a_timeout_names_it(tmp_path):
+    """The helpers run on the host one thread at a time (tests/kernels/host/
+    flags_harness.cpp): a thread of the list bumps and polls its own flag and
+    no other, a thread past it none, and a timed-out wait reports its flag's
+    id, for lists of 1, 2, 7, 31 and 32 flags."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from purlin_bench.base.resources import data_dir
+
+    harness = Path(__file__).parent / "host" / "flags_harness.cpp"
+    binary = tmp_path / "flags_harness"
+    flags = data_dir("atoms") / "flags.cu"
+    build = [shutil.which("nvcc"), "-x", "c++", "-std=c++17", f'-DFLAGS_CU="{flags}"', "-o", str(binary), str(harness)]
+    built = subprocess.run(build, capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr[-2000:]
+    ran = subprocess.run([str(binary)], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stdout.strip() == "0 failures", ran.stdout[-2000:]
