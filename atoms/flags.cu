@@ -17,7 +17,8 @@ __device__ __forceinline__ u64* purlin_pick(u64* const (&flags)[N]) {
     return mine;
 }
 
-// Threads 0..N-1 bump the N flags together, each after a system fence.
+// Threads 0..N-1 bump the N flags together, each after its own release fence
+// (system scope, or GPU scope where PURLIN_SYS_SCOPE is 0).
 template <int N>
 __device__ __forceinline__ void purlin_release(u64* const (&flags)[N]) {
     if (threadIdx.x < N) {

@@ -239,7 +239,7 @@ def test_every_flag_of_a_wait_or_notify_has_a_thread_of_its_own(collective, stra
                 assert line.count(" + ") >= n and "if (__syncthreads_or(left))" in line.split("purlin_wait<", 1)[1]
                 waits_seen += 1
             if "purlin_release<" in line:
-                # Thread k takes flag k of the list by selects (atoms/snac.cu): the list is the line's.
+                # Thread k takes flag k of the list by selects (atoms/flags.cu): the list is the line's.
                 assert len(released(line)) == len(set(released(line))) > 1, line
                 notifies_seen += 1
     assert waits_seen > 3 and (notifies_seen > 0 or strategy != "direct")  # direct: every peer's ready at once

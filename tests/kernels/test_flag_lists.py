@@ -1,4 +1,4 @@
-"""A step's list of flags (atoms/snac.cu: purlin_release, purlin_wait) runs
+"""A step's list of flags (atoms/flags.cu: purlin_release, purlin_wait) runs
 as one warp instruction over per-thread addresses, not one branch a thread.
 With a branch a thread a warp took them in turn: a release of 7 flags was 7
 system fences in a row and a wait on 7 flags 7 polls one after another, at 8

@@ -176,7 +176,7 @@ MAX_BATCHED_NOTIFIES = 32
 
 
 def _notify_code(ids: Sequence[int], step: int, jitter: bool = False) -> list[str]:
-    """Thread k bumps flag k, each after its own fence, all at once (atoms/snac.cu, purlin_release)."""
+    """Thread k bumps flag k, each after its own fence, all at once (atoms/flags.cu, purlin_release)."""
     if not ids:
         return []
     barrier = "    __syncthreads();  // the whole block's writes happen before the release"
