@@ -3,6 +3,7 @@
 // thread bumps or polls, and what a timed-out wait reports. Built by
 // tests/kernels/test_flag_lists.py with -DFLAGS_CU="<path of atoms/flags.cu>".
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #define __device__
@@ -16,11 +17,12 @@ struct ThreadIndex { unsigned x; } threadIdx;
 static std::vector<const u64*> polled;
 static std::vector<u64*> bumped;
 static int fences = 0;
+static std::string order;  // 'F' a release fence, 'B' a bump, in program order
 static u64 clock_ns = 0;
 u64 now_ns() { return clock_ns += 1000; }
 u64 ld_acquire(const u64* p) { polled.push_back(p); return *p; }
-void red_release(u64* p) { bumped.push_back(p); *p += 1; }
-void fence_release() { ++fences; }
+void red_release(u64* p) { bumped.push_back(p); *p += 1; order += 'B'; }
+void fence_release() { ++fences; order += 'F'; }
 void __threadfence_system() {}
 int atomicCAS(int* a, int compare, int value) { int old = *a; if (old == compare) *a = value; return old; }
 
@@ -41,8 +43,10 @@ void check() {
     for (int t = 0; t < N + 2; ++t) {
         threadIdx.x = (unsigned)t;
         const bool in_list = t < N;
-        bumped.clear(); fences = 0;
+        bumped.clear(); fences = 0; order.clear();
         purlin_release<N>(list);
+        // The fence orders this thread's data before its flag: it comes first.
+        EXPECT(order == (in_list ? "FB" : ""), N, t, "fence not before the bump");
         EXPECT(bumped.size() == (in_list ? 1u : 0u), N, t, "bumps");
         if (in_list && bumped.size() == 1) EXPECT(bumped[0] == flags[t], N, t, "bumped another thread's flag");
         EXPECT(fences == (in_list ? 1 : 0), N, t, "fences");
@@ -63,6 +67,13 @@ void check() {
             EXPECT(left == 1 && abort_word == 1 && status[0] == ST_TIMEOUT, N, t, "no timeout");
             EXPECT(status[4] == ids[t] && status[5] == 6 && status[6] == 7, N, t, "timeout names another flag");
             EXPECT(status[1] == 2 && status[2] == 1 && status[3] == 9, N, t, "timeout's rank, channel, step");
+            // Another wait aborted first: this one leaves at its first check, before reading the
+            // clock again (one now_ns, its start), its report untouched.
+            i64 other[8] = {};
+            const u64 before = clock_ns;
+            left = purlin_wait<N>(list, id_list, 7, 1, &abort_word, other, 2, 1, 9);
+            EXPECT(left == 1 && other[0] == ST_OK && other[4] == 0, N, t, "an abort's wait wrote a report");
+            EXPECT(clock_ns - before == 1000, N, t, "an abort set elsewhere not honoured");
         }
     }
 }
