@@ -194,6 +194,21 @@ def test_a_large_variable_all_to_all_takes_one_channel_a_small_one_a_channel_per
     assert dict(untuned_config(_at("all-to-all", 16 << 20)).plan_params)["channels"] == 8  # fixed sizes: as before
 
 
+def test_a_variable_reduce_scatter_takes_two_shot_only_within_its_measured_range():
+    """D50: two-shot spreads a hot consumer's sums over every rank; direct's one hop wins below the range."""
+    from purlin_bench.strategies.default import VARIABLE_TWO_SHOT_BYTES
+
+    low, high = VARIABLE_TWO_SHOT_BYTES
+    for nbytes in (4096, 1 << 20, 8 << 20, 32 << 20, 256 << 20):
+        inst = _at("reduce-scatter-v", nbytes)
+        inside = low <= max(inst.in_counts) * inst.itemsize <= high
+        assert default_strategy(inst) == ("two-shot" if inside else "direct"), nbytes
+    assert default_strategy(_at("reduce-scatter-v", 4096)) == "direct"
+    assert default_strategy(_at("reduce-scatter-v", 256 << 20)) == "direct"
+    assert any(default_strategy(_at("reduce-scatter-v", n << 20)) == "two-shot" for n in (4, 8, 16))
+    assert default_strategy(_at("reduce-scatter", 16 << 20)) == "direct"  # fixed sizes: as before
+
+
 def test_a_named_strategy_runs_on_the_backends_datapath_defaults_for_it():
     """bench --strategy two-shot at --procs 8 timed the interpreter where the
     default compiles (31 us a row against the compiled default's 13 us, session
