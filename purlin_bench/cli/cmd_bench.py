@@ -18,7 +18,7 @@ from purlin_bench.tools.bench.sizes import sweep
 from purlin_bench.cli import common, limits, outputs
 from purlin_bench.cli.targets import many_specs
 from purlin_bench.base.dtypes import REDOPS, resolve_dtype
-from purlin_bench.base.errors import PurlinError
+from purlin_bench.base.errors import CapacityError, PurlinError
 from purlin_bench.measure.service import MeasurementService
 from purlin_bench.base.sizes import counted, parse_bytes
 from purlin_bench.strategies import get_strategy
@@ -204,8 +204,17 @@ def bench(
                 common.console.print(layout.header())
             for size, inst, row_counts in items:
                 progress.update(task, description=f"{spec.name} {size} B")
-                for config in configs_for(inst, size, choice, service.default_config):
-                    record = measurer.measure(inst, config, dtype, op if spec.op == "reduce" else None, row_counts)
+                configs = configs_for(inst, size, choice, service.default_config)
+                for config in configs:
+                    try:
+                        record = measurer.measure(inst, config, dtype, op if spec.op == "reduce" else None, row_counts)
+                    except CapacityError as exc:
+                        if len(configs) == 1:
+                            raise  # the one configuration asked for: the run has nothing to time
+                        # --strategy all: a strategy this datapath cannot run at this size is left out, the
+                        # rest timed (check reports it n/a), rather than the refusal ending the sweep.
+                        common.note(f"{spec.name} {size} B: {config.strategy} left out: {exc}")
+                        continue
                     records.append(record)
                     if text:
                         say(nccl_log.row(record, spec.rooted, bool(check)))

@@ -166,6 +166,33 @@ def test_plot_draws_a_png_from_bench_json(capsys, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_strategy_all_leaves_out_a_strategy_the_datapath_refuses_and_times_the_rest(capsys, tmp_path, monkeypatch):
+    """A strategy too large for one compiled launch at a size (CapacityError)
+    ended the whole --strategy all sweep on the GPU; it is left out with a
+    note naming it, the others timed. Asked for alone, it is still an error."""
+    from purlin_bench.base.errors import CapacityError
+    from purlin_bench.tools.bench.measure import Measurer
+
+    real = Measurer.measure
+
+    def refuse_ring(self, inst, config, *args, **kwargs):
+        if config.strategy == "ring":
+            raise CapacityError("this program is too large for one compiled launch (a test's refusal)")
+        return real(self, inst, config, *args, **kwargs)
+
+    monkeypatch.setattr(Measurer, "measure", refuse_ring)
+    data = bench_json(capsys, tmp_path, "all-reduce", "-b", 8, "-e", 64, "-f", 8, "--ranks", 2, "--strategy", "all")
+    assert len(data["results"]) == 2 * (len(STRATEGIES) - 1)
+    assert {r["config"]["strategy"] for r in data["results"]} == set(STRATEGIES) - {"ring"}
+    code, out, err = purlin(capsys, "bench", "all-reduce", "--backend", "numpy", "-b", 8, "-e", 8, "--ranks", 2,
+                            "--strategy", "all", "-n", "1", "-w", "0", "-G", "1")
+    notes = [line for line in err.splitlines() if "left out" in line]
+    assert code == 0 and len(notes) == 1 and "ring left out: this program is too large" in notes[0], err
+    code, out, err = purlin(capsys, "bench", "all-reduce", "--backend", "numpy", "-b", 8, "-e", 8, "--ranks", 2,
+                            "--strategy", "ring", "-n", "1", "-w", "0", "-G", "1")
+    assert_one_line_error(code, err, "too large for one compiled launch")
+
+
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
