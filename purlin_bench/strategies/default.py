@@ -45,9 +45,6 @@ def default_strategy(inst: Instance, processes: bool = False) -> str:
         spread = len(inst.flows) >= inst.ranks and all(len(f.consumer_ranks()) == 1 for f in inst.flows)
         if processes and _parity_pays(inst, spread):
             return "push-parity"
-        low, high = VARIABLE_TWO_SHOT_BYTES
-        if spread and inst.variable and low <= max(inst.in_counts) * inst.itemsize <= high:
-            return "two-shot"
         return "direct" if spread else "two-shot"
     source_ranks = {p.rank for f in inst.flows for p in f.sources}
     fans_out = any(len(f.consumer_ranks()) > 1 for f in inst.flows)
@@ -66,13 +63,6 @@ _MAX_CHANNELS = 8
 # all the rank's blocks share (D45; D50 moved it from 4 MiB, where skewed
 # all-to-all-v at 512 KiB-2 MiB S ran 1.6-2.5x slower on eight channels).
 VARIABLE_ONE_CHANNEL_BYTES = 5 << 19
-
-# A variable reduction spread one flow a rank (reduce-scatter-v) whose rank
-# input at capacity lies in this range takes two-shot: every rank sums a part
-# of every flow, where direct leaves a hot consumer's sums to its own blocks
-# (D50). Below it direct's one hop wins; past it the interpreter runs (D12),
-# where two-shot was not timed.
-VARIABLE_TWO_SHOT_BYTES = (20 << 20, 64 << 20)
 
 
 def _parity_pays(inst: Instance, spread: bool) -> bool:

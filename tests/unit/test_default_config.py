@@ -52,10 +52,11 @@ def default_config(inst, backend="cupy", fused=True):
     return chosen.default_config(inst, untuned_config(inst))
 
 
-def _at(name, nbytes, itemsize=4, ranks=8):
+def _at(name, nbytes, itemsize=4, ranks=8, distribution="uniform"):
     from purlin_bench.tools.bench.run import instances
 
-    ((_, inst, _),) = instances(load_builtin(name), [nbytes], ranks, {4: "float32", 2: "bfloat16"}[itemsize], 0)
+    dtype = {4: "float32", 2: "bfloat16"}[itemsize]
+    ((_, inst, _),) = instances(load_builtin(name), [nbytes], ranks, dtype, 0, distribution)
     return inst
 
 
@@ -194,19 +195,15 @@ def test_a_large_variable_all_to_all_takes_one_channel_a_small_one_a_channel_per
     assert dict(untuned_config(_at("all-to-all", 16 << 20)).plan_params)["channels"] == 8  # fixed sizes: as before
 
 
-def test_a_variable_reduce_scatter_takes_two_shot_only_within_its_measured_range():
-    """D50: two-shot spreads a hot consumer's sums over every rank; direct's one hop wins below the range."""
-    from purlin_bench.strategies.default import VARIABLE_TWO_SHOT_BYTES
+def test_the_one_channel_bound_of_a_variable_all_to_all_sits_between_the_rows_timed():
+    """D50, 8 virtual ranks: one channel won at skewed 512 KiB S (2.7 MiB of rank input at capacity),
+    eight at skewed 256 KiB (1.2 MiB) and uniform 512 KiB-1 MiB (0.9-2.0 MiB)."""
+    def channels(nbytes, distribution):
+        return dict(untuned_config(_at("all-to-all-v", nbytes, distribution=distribution)).plan_params)["channels"]
 
-    low, high = VARIABLE_TWO_SHOT_BYTES
-    for nbytes in (4096, 1 << 20, 8 << 20, 32 << 20, 256 << 20):
-        inst = _at("reduce-scatter-v", nbytes)
-        inside = low <= max(inst.in_counts) * inst.itemsize <= high
-        assert default_strategy(inst) == ("two-shot" if inside else "direct"), nbytes
-    assert default_strategy(_at("reduce-scatter-v", 4096)) == "direct"
-    assert default_strategy(_at("reduce-scatter-v", 256 << 20)) == "direct"
-    assert any(default_strategy(_at("reduce-scatter-v", n << 20)) == "two-shot" for n in (4, 8, 16))
-    assert default_strategy(_at("reduce-scatter", 16 << 20)) == "direct"  # fixed sizes: as before
+    assert channels(512 << 10, "skewed") == 1 and channels(2 << 20, "skewed") == 1
+    assert channels(256 << 10, "skewed") == 8
+    assert channels(512 << 10, "uniform") == 8 and channels(1 << 20, "uniform") == 8
 
 
 def test_a_named_strategy_runs_on_the_backends_datapath_defaults_for_it():
