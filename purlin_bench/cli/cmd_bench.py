@@ -190,6 +190,7 @@ def bench(
         if csv_out and (complete or not is_stream(csv_out)):
             write_csv(csv_out, records, complete)
 
+    left_out = 0  # configurations of --strategy all the datapath refused at a size
     with common.progress_bar(rows_on_stdout=True) as progress:
         task = progress.add_task("bench", total=total)
         for spec, items in plan_text:
@@ -212,8 +213,11 @@ def bench(
                         if len(configs) == 1:
                             raise  # the one configuration asked for: the run has nothing to time
                         # --strategy all: a strategy this datapath cannot run at this size is left out, the
-                        # rest timed (check reports it n/a), rather than the refusal ending the sweep.
-                        common.note(f"{spec.name} {size} B: {config.strategy} left out: {exc}")
+                        # rest timed (check reports it n/a), rather than the refusal ending the sweep; the
+                        # line stands where its row would, so a saved log keeps it.
+                        line = f"#   strategy {config.strategy} left out at {size} B: {exc}"
+                        say(line if text else escape(line))
+                        left_out += 1
                         continue
                     records.append(record)
                     if text:
@@ -224,6 +228,8 @@ def bench(
                             common.console.print(part, highlight=False)
                     save(complete=False)
                 progress.advance(task)
+    if left_out and not records:
+        raise PurlinError(f"nothing was timed: the datapath refused every strategy at every size ({left_out} left out)")
     for name, reason in measurer.unavailable.items():
         common.note(f"baseline {name} did not run: {reason}")
     if text:

@@ -186,11 +186,18 @@ def test_strategy_all_leaves_out_a_strategy_the_datapath_refuses_and_times_the_r
     assert {r["config"]["strategy"] for r in data["results"]} == set(STRATEGIES) - {"ring"}
     code, out, err = purlin(capsys, "bench", "all-reduce", "--backend", "numpy", "-b", 8, "-e", 8, "--ranks", 2,
                             "--strategy", "all", "-n", "1", "-w", "0", "-G", "1")
-    notes = [line for line in err.splitlines() if "left out" in line]
-    assert code == 0 and len(notes) == 1 and "ring left out: this program is too large" in notes[0], err
+    notes = [line for line in out.splitlines() if "left out" in line]
+    assert code == 0 and len(notes) == 1 and "ring left out at 8 B: this program is too large" in notes[0], out
     code, out, err = purlin(capsys, "bench", "all-reduce", "--backend", "numpy", "-b", 8, "-e", 8, "--ranks", 2,
                             "--strategy", "ring", "-n", "1", "-w", "0", "-G", "1")
     assert_one_line_error(code, err, "too large for one compiled launch")
+    # Every strategy refused: an error, not an empty table that exits 0, and no result file.
+    monkeypatch.setattr(Measurer, "measure", lambda *a, **k: (_ for _ in ()).throw(CapacityError("refused")))
+    path = tmp_path / "none.json"
+    code, out, err = purlin(capsys, "bench", "all-reduce", "--backend", "numpy", "-b", 8, "-e", 8, "--ranks", 2,
+                            "--strategy", "all", "-n", "1", "-w", "0", "-G", "1", "--json", path)
+    assert_one_line_error(code, err, "nothing was timed")
+    assert not path.exists()
 
 
 @pytest.mark.parametrize(
