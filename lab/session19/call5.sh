@@ -7,8 +7,12 @@
 source lab/device-prelude.sh
 use_tree .snap
 V="--backend cupy --no-inplace -n 10 -w 2 -G 3"
-go() { local label=$1 t=$2; shift 2; timeout $t $P bench "$@" $V > $T/$label.log 2>&1
-  echo "== $label rc=$? t=$SECONDS"; grep -E "^ +[0-9]|strategy|geometric|rror" $T/$label.log | cut -c1-160 | head -60; }
+go() {
+  local label=$1 t=$2; shift 2
+  timeout $t $P bench "$@" $V > $T/$label.log 2>&1
+  echo "== $label rc=$? t=$SECONDS"
+  grep -E "^ +[0-9]|strategy|geometric|rror" $T/$label.log | cut -c1-160 | head -60
+}
 go rsv-skewed 170 reduce-scatter-v -b 1M -e 256M -f 8 --counts skewed --strategy all --kernel compiled
 go rsv-uniform 130 reduce-scatter-v -b 1M -e 256M -f 8 --counts uniform --strategy all --kernel compiled
 go rsv-direct-c8 60 reduce-scatter-v -b 1M -e 32M -f 8 --counts skewed --strategy direct --channels 8 --kernel compiled

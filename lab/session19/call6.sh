@@ -11,7 +11,11 @@ for n in 8 4 2; do
 done
 echo quit | nvidia-cuda-mps-control
 V="--backend cupy --no-inplace -n 10 -w 2 -G 3"
-go() { local label=$1 t=$2; shift 2; timeout $t $P bench "$@" $V > $T/$label.log 2>&1
-  echo "== $label rc=$? t=$SECONDS"; grep -E "^ +[0-9]|strategy|geometric|rror" $T/$label.log | cut -c1-160 | head -60; }
+go() {
+  local label=$1 t=$2; shift 2
+  timeout $t $P bench "$@" $V > $T/$label.log 2>&1
+  echo "== $label rc=$? t=$SECONDS"
+  grep -E "^ +[0-9]|strategy|geometric|rror" $T/$label.log | cut -c1-160 | head -60
+}
 go rsv-skewed $((420 - SECONDS)) reduce-scatter-v -b 1M -e 256M -f 8 --counts skewed --strategy all --kernel compiled
 go a2av-default $((560 - SECONDS)) all-to-all-v -b 16 -e 256M -f 8 --counts skewed

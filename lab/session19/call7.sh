@@ -16,8 +16,12 @@ for n in 8 2; do
 done
 echo quit | nvidia-cuda-mps-control
 V="--backend cupy --no-inplace -n 10 -w 2 -G 3 --counts skewed --kernel compiled"
-go() { local label=$1 t=$2; shift 2; timeout $t $P bench "$@" $V > $T/$label.log 2>&1
-  echo "== $label rc=$? t=$SECONDS"; grep -E "^ +[0-9]|strategy|geometric|rror" $T/$label.log | cut -c1-160 | head -40; }
+go() {
+  local label=$1 t=$2; shift 2
+  timeout $t $P bench "$@" $V > $T/$label.log 2>&1
+  echo "== $label rc=$? t=$SECONDS"
+  grep -E "^ +[0-9]|strategy|geometric|rror" $T/$label.log | cut -c1-160 | head -40
+}
 go rsv-direct 60 reduce-scatter-v -b 4M -e 32M -f 8 --strategy direct
 go rsv-direct8 60 reduce-scatter-v -b 4M -e 32M -f 8 --strategy direct --channels 8
 go rsv-twoshot 60 reduce-scatter-v -b 4M -e 32M -f 8 --strategy two-shot

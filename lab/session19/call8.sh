@@ -11,8 +11,11 @@ mps_on
 timeout 100 $P $C --procs 8 > $T/check-v-p8.log 2>&1; echo "check-v p8 rc=$? t=$SECONDS"; summary $T/check-v-p8.log
 echo quit | nvidia-cuda-mps-control
 V="--backend cupy --no-inplace -n 10 -w 2 -G 3 --kernel compiled"
-go() { local label=$1 t=$2; shift 2; timeout $t $P bench "$@" $V > $T/$label.log 2>&1
-  echo "== $label rc=$? t=$SECONDS"; grep -E "^ +[0-9]|strategy|rror" $T/$label.log | paste - - | awk '{print $1, $6, $0}' \
+go() {
+  local label=$1 t=$2; shift 2
+  timeout $t $P bench "$@" $V > $T/$label.log 2>&1
+  echo "== $label rc=$? t=$SECONDS"
+  grep -E "^ +[0-9]|strategy|rror" $T/$label.log | paste - - | awk '{print $1, $6, $0}' \
     | sed -E 's/ +[0-9]+ +[0-9]+ +float.*strategy/ /; s/; floor.*//' | cut -c1-150; }
 go a2av-u-c1 40 all-to-all-v -b 512K -e 4M -f 2 --counts uniform --strategy push --channels 1
 go a2av-u-c8 40 all-to-all-v -b 512K -e 4M -f 2 --counts uniform --strategy push --channels 8

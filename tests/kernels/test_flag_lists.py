@@ -47,8 +47,10 @@ def test_a_list_of_flags_is_one_release_and_one_poll_loop(collective, strategy, 
 def test_each_thread_bumps_and_polls_its_own_flag_and_a_timeout_names_it(tmp_path):
     """The helpers run on the host one thread at a time (tests/kernels/host/
     flags_harness.cpp): a thread of the list bumps and polls its own flag and
-    no other, a thread past it none, and a timed-out wait reports its flag's
-    id, for lists of 1, 2, 7, 31 and 32 flags."""
+    no other, after its release fence; a thread past it none; a timed-out
+    wait reports its flag's id, and a wait whose call already aborted leaves
+    at its first check with its report untouched; lists of 1, 2, 7, 31 and 32
+    flags."""
     import shutil
     import subprocess
     from pathlib import Path
