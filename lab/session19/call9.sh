@@ -4,11 +4,9 @@
 # and uniform at 256 KiB-4 MiB S, the rows whose channel count D50 changed or kept.
 source lab/device-prelude.sh
 V="--backend cupy --no-inplace -n 10 -w 2 -G 3"
-go() {
+go() {  # the prelude's rows() prints what came back, a line a row
   local label=$1 t=$2; shift 2
-  timeout $t $P bench "$@" $V > $T/$label.log 2>&1; echo "== $label rc=$? t=$SECONDS"
-  grep -E "^ +[0-9]|strategy|rror" $T/$label.log | paste - - | awk '{print $1, $6, $0}' \
-    | sed -E 's/ +[0-9]+ +[0-9]+ +float.*strategy/ /; s/; floor.*//' | cut -c1-150
+  timeout $t $P bench "$@" $V > $T/$label.log 2>&1; echo "== $label rc=$? t=$SECONDS"; rows "$label" $T/$label.log
 }
 for tree in .snap .snapnew .snap .snapnew; do
   ( use_tree $tree

@@ -169,7 +169,8 @@ def test_plot_draws_a_png_from_bench_json(capsys, tmp_path):
 def test_strategy_all_leaves_out_a_strategy_the_datapath_refuses_and_times_the_rest(capsys, tmp_path, monkeypatch):
     """A strategy too large for one compiled launch at a size (CapacityError)
     ended the whole --strategy all sweep on the GPU; it is left out with a
-    note naming it, the others timed. Asked for alone, it is still an error."""
+    line on stdout naming it, the others timed. Asked for alone, it is still
+    an error; every strategy refused is an error too."""
     from purlin_bench.base.errors import CapacityError
     from purlin_bench.tools.bench.measure import Measurer
 
