@@ -315,6 +315,17 @@ __device__ __forceinline__ void move_one(int kind, i64 i, int nsrc, int ndst, ch
     for (int d = 0; d < ndst; ++d) ((S*)dst[d])[i] = out;
 }
 
+// Elements a thread's unaligned copy has in flight (move_op). A build that
+// also reduces keeps one: even two spilled its reduce path (sm_100, float16,
+// unroll 2, 512 threads; tests/kernels/test_atoms_compile.py).
+#ifndef ELEM_BATCH
+#if PURLIN_COPY_ONLY
+#define ELEM_BATCH 8
+#else
+#define ELEM_BATCH 1
+#endif
+#endif
+
 // Sources a reduction loads per batch: U*G = 8 vectors in flight per thread,
 // the most that stays under 128 registers for every dtype at U=4.
 #define SRC_BATCH(U) ((U) >= 8 ? 1 : 8 / (U))
@@ -419,8 +430,25 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
         for (i64 j = tid; j < edges; j += stride) move_one(kind, j < head ? j : tail + (j - head), nsrc, ndst, src, dst);
         return;
     }
-    // Pointers disagree modulo 16 bytes: element by element.
-    for (i64 i = tid; i < count; i += stride) move_one(kind, i, nsrc, ndst, src, dst);
+    // Pointers disagree modulo 16 bytes: element by element. A copy issues
+    // ELEM_BATCH loads a thread before its first store: one at a time, a
+    // thread waited a memory round trip per element, and variable-size
+    // copies (slices at any element offset) ran at 0.55x torch's index copy.
+    // A reduction already has its sources' loads in flight together (move_one).
+    if (!IS_REDUCE(kind)) {
+        for (i64 i0 = tid; i0 < count; i0 += stride * ELEM_BATCH) {
+            S x[ELEM_BATCH];
+#pragma unroll
+            for (int k = 0; k < ELEM_BATCH; ++k)
+                if (i0 + k * stride < count) x[k] = ld_one<S>((const S*)src[0] + i0 + k * stride);
+            for (int d = 0; d < ndst; ++d)
+#pragma unroll
+                for (int k = 0; k < ELEM_BATCH; ++k)
+                    if (i0 + k * stride < count) ((S*)dst[d])[i0 + k * stride] = x[k];
+        }
+    } else {
+        for (i64 i = tid; i < count; i += stride) move_one(kind, i, nsrc, ndst, src, dst);
+    }
 }
 
 // ---------------------------------------------------------------------- kernel
