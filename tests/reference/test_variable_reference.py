@@ -121,3 +121,19 @@ def test_check_with_a_rank_per_process():
     )
     assert done.returncode == 0, done.stderr + done.stdout
     assert "all passed: 8 passed, 0 wrong, 0 errors" in done.stdout, done.stdout
+
+
+def test_a_variable_rows_floor_is_the_bytes_its_call_moves_not_its_capacity():
+    """Capacity buffers put all-to-all-v's floor past the time measured (139-149%)."""
+    from purlin_bench.backends.port import TimingPolicy
+    from purlin_bench.spec.roofline import Bandwidth, min_bytes
+    from purlin_bench.spec.variable import at_counts
+    from purlin_bench.tools.bench.measure import BenchOptions, Measurer
+
+    inst = instantiate(load_builtin("all-to-all-v"), 4, 64, 4)
+    counts = tuple([64] + [3] * (len(inst.count_keys) - 1))  # the capacity set by one large count
+    bench = Measurer(MeasurementService(NumpyBackend(4)), BenchOptions(TimingPolicy(1, 0, 1), inplace=False),
+                     Bandwidth(1e9, "local"))
+    row = bench.measure(inst, RunConfig.make("push"), "float32", None, counts=counts)
+    assert row.floor_us == pytest.approx(min_bytes(at_counts(inst, counts)) / 1e9 * 1e6)
+    assert row.floor_us < min_bytes(inst) / 1e9 * 1e6 / 4
