@@ -315,12 +315,13 @@ __device__ __forceinline__ void move_one(int kind, i64 i, int nsrc, int ndst, ch
     for (int d = 0; d < ndst; ++d) ((S*)dst[d])[i] = out;
 }
 
-// Elements a thread's unaligned copy has in flight (move_op). A build that
+// Elements a thread's unaligned copy has in flight (move_op). Eight spilled
+// in a compiled all-gather-v (eight destinations; sm_90), and a build that
 // also reduces keeps one: even two spilled its reduce path (sm_100, float16,
 // unroll 2, 512 threads; tests/kernels/test_atoms_compile.py).
 #ifndef ELEM_BATCH
 #if PURLIN_COPY_ONLY
-#define ELEM_BATCH 8
+#define ELEM_BATCH 4
 #else
 #define ELEM_BATCH 1
 #endif
