@@ -16,8 +16,14 @@ from purlin_bench.strategies.base import Builder, Strategy, data_op, in_ref, out
 
 def emit(b: Builder, params: dict[str, int]) -> None:
     turn = [0] * b.inst.ranks
-    for flow in b.inst.flows:
+    for i, flow in enumerate(b.inst.flows):
         owners = sorted({p.rank for p in flow.sources} | {p.rank for p in flow.consumers})
+        if b.inst.variable:
+            # A call fills each flow's capacity from its first part on, so the
+            # same owner taking every flow's first part did most of the work
+            # (reduce-scatter-v, skewed counts). Flow i's parts start at
+            # owner i instead: each owner takes early and late parts alike.
+            owners = owners[i % len(owners):] + owners[: i % len(owners)]
         for owner, (base, length) in zip(owners, split_even(flow.count, len(owners), b.unit)):
             size = b.slice_elems(params["slice_bytes"], length, b.channels)
             for lo, n in slices(length, size, b.unit):
