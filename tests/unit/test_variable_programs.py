@@ -208,3 +208,29 @@ def test_show_prints_slices_as_expressions_of_the_counts():
     assert "in[n3+n4:+n5[0:100])" in text and "r2.out[n2:+n5[0:100])" in text
     assert any("n1 = c(0, 1)" in line for line in summary_lines(program))
     assert render_rich(program) is not None
+
+
+@pytest.mark.parametrize("name", ("reduce-scatter-v", "all-gather-v"))
+def test_two_shot_starts_each_flows_parts_at_its_own_owner_for_variable_sizes(name):
+    """A call fills a flow from its first part on: owner 0 taking every flow's
+    first part did most of the work. Flow i's first part is owner i's; a rank
+    owns one part of every flow; fixed sizes keep parts in rank order."""
+    ranks = 4
+    for variable, spec in ((True, load_builtin(name)), (False, load_builtin(name.removesuffix("-v")))):
+        inst = instantiate(spec, ranks, 64, 4)
+        program = derive_program(inst, "two-shot", "float32", "sum" if inst.op == "reduce" else None)
+        owner: dict[tuple[int, int], int] = {}  # (flow, element at capacity) -> the rank that moves it
+        for rank in range(ranks):
+            for steps in program.lists[rank]:
+                for step in steps:
+                    if isinstance(step, Consume) and step.op != "wait":
+                        ref = step.dsts[0]
+                        flow = ref.var if variable else next(i for i, f in enumerate(inst.flows)
+                                                              if any(p.rank == ref.rank for p in f.consumers)
+                                                              and f.consumers[0].offset <= ref.offset
+                                                              < f.consumers[0].offset + f.count)
+                        owner[(flow, ref.at if variable else ref.offset - inst.flows[flow].consumers[0].offset)] = rank
+        firsts = [owner[(f, 0)] for f in range(len(inst.flows))]
+        assert firsts == (list(range(ranks)) if variable else [0] * len(inst.flows))
+        for f in range(len(inst.flows)):
+            assert sorted(r for (g, _), r in owner.items() if g == f) == list(range(ranks))
