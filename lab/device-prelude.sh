@@ -23,3 +23,11 @@ rows() { grep -E "^ +[0-9]|strategy" "$2" | paste - - | awk '{print "'"$1"'", $1
 
 # check's verdict lines of log $1 (its summary, failures, errors).
 summary() { grep -E "passed|fail|error" "$1" | grep -vE "│ +0 │ pass" | tail -3; }
+
+# bench under a timeout of $2 s into $T/$1.log, with the script's options $V after the
+# rest of the arguments; prints its rows (rows()), errors and geometric-mean line.
+go() {
+  local label=$1 t=$2; shift 2
+  timeout $t $P bench "$@" $V > $T/$label.log 2>&1; echo "== $label rc=$? t=$SECONDS"; rows "$label" $T/$label.log
+  grep -E "rror|geometric" $T/$label.log | cut -c1-150
+}

@@ -5,11 +5,6 @@
 source lab/device-prelude.sh
 which nsys ncu 2>&1 | head -2
 V="--backend cupy --no-inplace -n 10 -w 2 -G 3"
-go() {
-  local label=$1 t=$2; shift 2
-  timeout $t $P bench "$@" $V > $T/$label.log 2>&1; echo "== $label rc=$? t=$SECONDS"; rows "$label" $T/$label.log
-  grep -E "rror|geometric" $T/$label.log | cut -c1-150
-}
 for round in 1 2; do
   for tree in .snapold .snapnew .snap16; do
     ( use_tree $tree

@@ -3,11 +3,6 @@
 # one vs eight channels after the change; reduce-scatter-v uniform beside (unchanged code path).
 source lab/device-prelude.sh
 V="--backend cupy --no-inplace -n 10 -w 2 -G 3"
-go() {
-  local label=$1 t=$2; shift 2
-  timeout $t $P bench "$@" $V > $T/$label.log 2>&1; echo "== $label rc=$? t=$SECONDS"; rows "$label" $T/$label.log
-  grep -E "rror|geometric" $T/$label.log | cut -c1-150
-}
 for tree in .snapold .snapnew .snap16; do
   ( use_tree $tree
     for c in uniform skewed; do go $tree-agv-$c 50 all-gather-v -b 512K -e 32M -f 8 --counts $c; done )

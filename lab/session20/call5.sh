@@ -18,11 +18,6 @@ if [ "${CHECK:-1}" = 1 ]; then
   summary $T/check-compiled.log
 fi
 V="--backend cupy --no-inplace -n 10 -w 2 -G 3"
-go() {
-  local label=$1 t=$2; shift 2
-  timeout $t $P bench "$@" $V > $T/$label.log 2>&1; echo "== $label rc=$? t=$SECONDS"; rows "$label" $T/$label.log
-  grep -E "rror|geometric" $T/$label.log | cut -c1-150
-}
 for tree in ${TREES:-.snapnew}; do
   ( cd $R && use_tree $tree
     for c in skewed uniform; do
