@@ -40,6 +40,7 @@ class _Base:
 
 def _python(expr: str) -> str:
     expr = re.sub(r"(\d+)ll\b", r"\1", expr).replace("(i64)sizeof(S)", "1").replace("(i64)", "")
+    expr = expr.replace("gridDim.x", "gridDim").replace("blockIdx.x", "blockIdx")
     return expr.replace(f"{SHARED}[", "c[")
 
 
@@ -90,6 +91,76 @@ def generated_moves(source: str, counts: list[int]):
 def generated_view(source: str, counts: list[int]):
     """Every group's moves, in source order."""
     return [move for items in generated_moves(source, counts) for move in items if move is not None]
+
+
+POOLED = "every block takes its share of every op"
+_POOLED_OP = re.compile(
+    r"\{ const i64 n = (?P<n>.*) \* (?P<w>\d+); const i64 a = (?P<a>.*), b = (?P<b>.*);"
+    r" const i64 first = (?P<first>.*), last = (?P<last>.*);$"
+)
+_POOLED_MOVE = re.compile(
+    r"char\* const src\[\d+\] = \{(?P<src>[^}]*)\}; char\* const dst\[\d+\] = \{(?P<dst>[^}]*)\};"
+    r" var_move\(OP_\w+, last - first, src, dst, threadIdx\.x, blockDim\.x\); \}"
+)
+
+
+def pooled_parts(source: str, counts: list[int], grid: int):
+    """A pooled kernel (variable.pooled_code) run for ``counts`` on ``grid``
+    blocks, read back: per op in source order, every block's part of it as
+    (count, sources, destinations), each slice (base, first element)."""
+    body = source.split(POOLED, 1)[1]
+    loaded = _group_counts(body, counts)
+    env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
+    env |= {"min": min, "max": max}
+    env["total"] = eval(_python(re.search(r"const i64 total = (.*);", body)[1]), env)
+    # The code's own share of a block (all operands >= 0: C's division is Python's //).
+    env["per"] = eval(_python(re.search(r"const i64 per = (.*);", body)[1]).replace("/", "//"), env | {"gridDim": grid})
+    share = re.search(r"const i64 lo = (?P<lo>.*), hi = (?P<hi>.*);", body)
+    ops: list[list] = [[] for _ in _POOLED_MOVE.finditer(body)]
+    for block in range(grid):
+        at, k = 0, 0
+        lo = eval(_python(share["lo"]), env | {"blockIdx": block})
+        hi = eval(_python(share["hi"]), env | {"lo": lo})
+        for line in body.splitlines():
+            if m := _POOLED_OP.search(line):
+                # The code's own expressions (all operands >= 0: C's division is Python's //).
+                env |= {"lo": lo, "hi": hi, "at": at}
+                env["n"] = eval(_python(m["n"]), env) * int(m["w"])
+                env["a"], env["b"] = eval(_python(m["a"]), env), eval(_python(m["b"]), env)
+                env["first"], last = (eval(_python(m[k]).replace("/", "//"), env) for k in ("first", "last"))
+                at += env["n"]
+            elif m := _POOLED_MOVE.search(line):
+                if env["first"] < last:
+                    srcs = [eval(_python(e), env) for e in m["src"].split(", ")]
+                    dsts = [eval(_python(e), env) for e in m["dst"].split(", ")]
+                    ops[k].append((last - env["first"], srcs, dsts))
+                k += 1
+            elif "at += n; if (at >= hi) return;" in line and at >= hi:
+                break
+    return ops
+
+
+def pooled_view(source: str, counts: list[int], grid: int):
+    """Each op as its blocks' parts tile it, or an AssertionError: the parts,
+    in block order, must follow one another with no gap or overlap."""
+    view = []
+    for k, parts in enumerate(pooled_parts(source, counts, grid)):
+        if not parts:
+            view.append(None)  # moves nothing this call
+            continue
+        count, srcs, dsts = parts[0]
+        for n, s, d in parts[1:]:
+            assert [x for x in s + d] == [(b, at + count) for b, at in srcs + dsts], (k, parts)
+            count += n
+        view.append((count, srcs, dsts))
+    return view
+
+
+def all_overlaps(moves):
+    """Pairs of moves anywhere in a launch touching a common element, one writing it."""
+    spans = [[(b, at, at + n, w) for (b, at), w in zip(s + d, [False] * len(s) + [True] * len(d))] for n, s, d in moves]
+    return [(x, y) for i, a in enumerate(spans) for b in spans[:i] for x in a for y in b
+            if x[0] == y[0] and (x[3] or y[3]) and x[1] < y[2] and y[1] < x[2] and x[2] > x[1] and y[2] > y[1]]
 
 
 def unordered_overlaps(source: str, counts: list[int]):
@@ -147,9 +218,17 @@ def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, s
         every = [(0,) * len(inst.count_keys), (inst.count,) * len(inst.count_keys), wild]
         for counts in every + [draw_counts(inst, d, rng) for d in DISTRIBUTIONS]:
             clamped = [max(0, min(int(n), inst.count)) for n in counts]
+            expected = expected_view(program, clamped)
+            if POOLED in source:
+                # Every op may run beside every other: none may touch what another writes.
+                assert not all_overlaps(expected), (name, strategy, ranks, params, counts)
+                for grid in (1, 3, 40):
+                    got = pooled_view(source, list(counts), grid)
+                    assert [g for g in got if g] == [e for e in expected if e[0]], (name, strategy, grid, counts)
+                continue
             got = generated_view(source, list(counts))
             # ops in the source's order are lower's: groups by rank, then channel
-            assert got == expected_view(program, clamped), (name, strategy, ranks, params, counts)
+            assert got == expected, (name, strategy, ranks, params, counts)
             assert not unordered_overlaps(source, list(counts)), (name, strategy, ranks, params, counts)
         assert caps_in(source, len(inst.count_keys)) == [inst.count] * len(inst.count_keys)
         first_bad = [inst.count] * len(inst.count_keys)
@@ -160,11 +239,22 @@ def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, s
 
 
 def test_a_group_reading_many_counts_keeps_them_in_shared_memory_and_a_small_one_in_registers():
+    # Groups with flags to wait on (no launch pools them): ring all-to-all-v's read all 64, push reduce-scatter-v's 8.
     inst = instantiate(load_builtin("all-to-all-v"), 8, 1001, 4)
-    two_shot = CupyBackend(8).source(derive_program(inst, "two-shot", "float32"), kernel="compiled")
-    assert f"__shared__ i64 {SHARED}[64];" in two_shot and "__syncthreads();  // the group's counts" in two_shot
-    per_flow = CupyBackend(8).source(derive_program(inst, "push", "float32", params={"channels": 8}), kernel="compiled")
-    assert SHARED not in per_flow.split('extern "C"', 1)[1] and _LOAD.search(per_flow)
+    ring = CupyBackend(8).source(derive_program(inst, "ring", "float32"), kernel="compiled")
+    assert f"__shared__ i64 {SHARED}[64];" in ring and "__syncthreads();  // the group's counts" in ring
+    assert POOLED not in ring
+    inst = instantiate(load_builtin("reduce-scatter-v"), 8, 1001, 4)
+    push = CupyBackend(8).source(derive_program(inst, "push", "float32", "sum"), kernel="compiled")
+    assert SHARED not in push.split('extern "C"', 1)[1] and _LOAD.search(push) and POOLED not in push
+
+
+def test_a_launch_without_flags_pools_its_blocks_over_every_op_and_one_with_flags_does_not():
+    inst = instantiate(load_builtin("all-to-all-v"), 8, 1001, 4)
+    push = CupyBackend(8).source(derive_program(inst, "push", "float32", params={"channels": 8}), kernel="compiled")
+    body = push.split(POOLED, 1)[1]
+    assert "switch (blockIdx.x" not in body and body.count("var_move(") == 64
+    assert f"__shared__ i64 {SHARED}[64];" in body  # the counts of every op, read once a block
 
 
 def test_a_fixed_program_generates_no_count_code():

@@ -376,11 +376,22 @@ def generate(
     out.append("  const i64 tid = (i64)bi * blockDim.x + threadIdx.x;")
     out.append("  const i64 stride = (i64)B * blockDim.x;")
     out.append("  (void)tid; (void)stride;  // a program without data uses neither")
+    def where(base: int) -> tuple[tuple[int, str], int]:
+        rank, buf, offset = layout.where[base]
+        return (rank, buf), offset
+
+    groups = lowered.groups.tolist()
     if sized is not None:
         out.extend(variable.check_code(sized[1]))
+    if sized is not None and not flagged and not jitter and variable.pools(groups, ops, sized[0], where):
+        out.append("  // every block takes its share of every op (variable.pooled_code)")
+        out.extend(variable.pooled_code(ops, sized[0], sized[1], _KIND))
+        out.append("}")
+        return _kernel_head(lowered, ranks, blocks, snac_source, sized) + "\n".join(out) + "\n"
+    if sized is not None:
         out.extend(variable.shared_counts(lowered, sized[0]))
     out.append("  switch (blockIdx.x / B) {")
-    for g, (begin, end, rank, channel) in enumerate(lowered.groups.tolist()):
+    for g, (begin, end, rank, channel) in enumerate(groups):
         out.append(f"  case {g}: {{  // rank {rank} channel {channel}")
         out.extend(_group_code(ops, begin, end, rank, channel, layout, jitter, sized))
         out.append("  } break;")
@@ -388,13 +399,18 @@ def generate(
     if flagged:
         out.append("  if (threadIdx.x == 0) epochs[blockIdx.x] = epoch;")
     out.append("}")
+    return _kernel_head(lowered, ranks, blocks, snac_source, sized) + "\n".join(out) + "\n"
+
+
+def _kernel_head(lowered: Lowered, ranks: int, blocks: int, snac_source: str, sized) -> str:
+    """The primitives and the kernel's signature, up to its body."""
     names = [f"b{i}" for i in range(3 * ranks)] + [f"f{r}" for r in range(ranks)]
     # No __restrict__ on the bases: in place, an output base points into its input.
     params = [f"{'char' if n[0] == 'b' else 'u64'}* {n}" for n in names]
     head = [
         primitives(snac_source),
         _PROLOGUE + (variable.PROLOGUE if sized is not None else ""),
-        f"// {len(lowered.groups)} groups, {len(ops)} ops, {blocks} blocks a group",
+        f"// {len(lowered.groups)} groups, {len(lowered.ops)} ops, {blocks} blocks a group",
     ]
     head.append(f'extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOCKS) {KERNEL}(')
     if params:
@@ -402,7 +418,7 @@ def generate(
     # A variable program's counts for the call (i64, one per chunk name) come last.
     counts = ", const i64* __restrict__ counts" if sized is not None else ""
     head.append(f"    {_FIXED_PARAMS}{counts}) {{")
-    return "\n".join(head + out) + "\n"
+    return "\n".join(head) + "\n"
 
 
 _FIXED_PARAMS = "u64* __restrict__ epochs, i64* status, int* abort_flag, u64 timeout_ns"

@@ -155,12 +155,12 @@ def in_registers(vops: list[VarOp | None]) -> bool:
     return len(group_counts(vops)) <= MAX_COUNT_REGISTERS
 
 
-def count_loads(vops: list[VarOp | None], caps: tuple[int, ...]) -> list[str]:
+def count_loads(vops: list[VarOp | None], caps: tuple[int, ...], shared: bool = False) -> list[str]:
     """A group's counts, loaded once at its start (all at once) and clamped:
-    into registers (``c<i>``), or past MAX_COUNT_REGISTERS by one thread each
-    into shared memory, read after a barrier."""
+    into registers (``c<i>``), or past MAX_COUNT_REGISTERS (or ``shared``) by
+    one thread each into shared memory, read after a barrier."""
     used = group_counts(vops)
-    if in_registers(vops):
+    if in_registers(vops) and not shared:
         return [f"    const i64 c{i} = clamp_count(__ldg(counts + {i}), {caps[i]}ll);" for i in used]
     ids = ", ".join(map(str, used))
     bounds = ", ".join(f"{caps[i]}ll" for i in used)
@@ -179,30 +179,90 @@ def shared_counts(lowered: Lowered, vops: list[VarOp | None]) -> list[str]:
     return [f"  __shared__ i64 {SHARED}[{len(caps_of(lowered))}];"]
 
 
-def move_code(vop: VarOp, nsrc: int, kind: str, registers: bool) -> str:
-    """One op's data movement: its count and slice addresses from the counts
-    count_loads left (in registers when ``registers``, else in shared memory)."""
+def _count(i: int, registers: bool) -> str:
+    return f"c{i}" if registers else f"{SHARED}[{i}]"
 
-    def c(i: int) -> str:
-        return f"c{i}" if registers else f"{SHARED}[{i}]"
 
+def count_code(vop: VarOp, registers: bool) -> str:
+    """The elements an op moves in this call, from the counts count_loads left."""
     if vop.clip is None:
-        count = f"{vop.window}ll"
-    else:
-        left = f"{c(vop.clip)} - {vop.at}ll" if vop.at else c(vop.clip)
-        count = f"min(max({left}, (i64)0), (i64){vop.window})"
+        return f"{vop.window}ll"
+    left = f"{_count(vop.clip, registers)} - {vop.at}ll" if vop.at else _count(vop.clip, registers)
+    return f"min(max({left}, (i64)0), (i64){vop.window})"
+
+
+def move_code(vop: VarOp, nsrc: int, kind: str, registers: bool, part: tuple[str, str] | None = None) -> str:
+    """One op's data movement: its count and slice addresses from the counts
+    count_loads left (in registers when ``registers``, else in shared memory),
+    split over the group's threads; ``part`` (first element, count): only
+    those of its elements, split over the block's threads (pooled_code)."""
 
     def address(s: VarSlice) -> str:
-        shift = "".join(f" + {c(i)}" for i in s.ids)
+        shift = "".join(f" + {_count(i, registers)}" for i in s.ids) + (f" + {part[0]}" if part else "")
         return f"b{s.base} + ({s.offset}ll{shift}) * (i64)sizeof(S)"
 
     srcs = ", ".join(address(s) for s in vop.slices[:nsrc])
     dsts = ", ".join(address(s) for s in vop.slices[nsrc:])
     ndst = len(vop.slices) - nsrc
+    count, lanes = (part[1], "threadIdx.x, blockDim.x") if part else (count_code(vop, registers), "tid, stride")
     return (
         f"    {{ char* const src[{nsrc}] = {{{srcs}}}; char* const dst[{ndst}] = {{{dsts}}};"
-        f" var_move({kind}, {count}, src, dst, tid, stride); }}"
+        f" var_move({kind}, {count}, src, dst, {lanes}); }}"
     )
+
+
+def pools(groups: list, ops, vops: list[VarOp | None], where) -> bool:
+    """Whether every block of a launch whose ops wait on and notify nothing
+    (a fused launch drops ready and done) may take a share of every op
+    (pooled_code): no two ops of a group touch an element one of them
+    writes, for any call's counts. Ops of different groups already run in
+    no order; a group's own ops were ordered by its threads' program order."""
+    for begin, end, _, _ in groups:
+        moved: list[tuple[VarOp, int]] = []
+        for k in range(begin, end):
+            if vops[k] is None:
+                continue
+            nsrc = int(ops[k]["nsrc"])
+            if may_overlap(moved, vops[k], nsrc, where):
+                return False
+            moved.append((vops[k], nsrc))
+    return True
+
+
+def pooled_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[int, str]) -> list[str]:
+    """Every op of the launch as one range of work, cut evenly over all its
+    blocks from this call's counts: each block moves the elements of its
+    share, op by op. Under skewed counts a rank's (or a flow's) fixed share
+    of blocks left the others idle while it moved most of the bytes (D52).
+    An element weighs the slices it passes through (an 8-way fan-out copy
+    moves 9), so a block's share is of bytes moved, not of elements."""
+    moving = [k for k, v in enumerate(vops) if v is not None]
+    if not moving:
+        return []
+    # Counts in shared memory: the registers go to the ops (held in 16
+    # registers, an 8-source reduce-scatter-v spilled 4 bytes on sm_100).
+    used, registers = [vops[k] for k in moving], False
+    lines = [f"  __shared__ i64 {SHARED}[{len(caps)}];", *count_loads(used, caps, shared=True)]
+    weights = [len(vops[k].slices) for k in moving]
+    # Each op's count is worked out where it is used, not held: 64 of them
+    # live at once (all-to-all-v, 8 ranks) spilled 204 bytes (nvcc, sm_90).
+    total = " + ".join(f"{count_code(vops[k], registers)} * {w}" for k, w in zip(moving, weights))
+    lines.append(f"    const i64 total = {total};")
+    lines.append("    const i64 per = (total + gridDim.x - 1) / gridDim.x;")
+    lines.append("    const i64 lo = (i64)blockIdx.x * per, hi = min(lo + per, total);")
+    lines.append("    i64 at = 0;  // where the op's weighted range begins")
+    for k, w in zip(moving, weights):
+        # Elements e with lo <= at + e*w < hi: rounding both ends up tiles each op over the blocks.
+        lines.append(
+            f"    {{ const i64 n = {count_code(vops[k], registers)} * {w};"
+            f" const i64 a = min(max(lo - at, (i64)0), n), b = min(max(hi - at, (i64)0), n);"
+            f" const i64 first = (a + {w - 1}) / {w}, last = (b + {w - 1}) / {w};"
+        )
+        lines.append("  " + move_code(vops[k], int(ops[k]["nsrc"]), kinds[int(ops[k]["op"])], registers,
+                                      ("first", "last - first")).replace("    { char", "  if (first < last) { char", 1))
+        # Past its share a block is done: with 64 ops (all-to-all-v, 8 ranks) most blocks look at a few.
+        lines.append("      at += n; if (at >= hi) return; }")
+    return lines
 
 
 def check_code(caps: tuple[int, ...]) -> list[str]:
