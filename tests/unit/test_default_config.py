@@ -177,15 +177,17 @@ def test_copy_engines_take_large_single_consumer_flows_on_one_gpu_only():
 
 
 @pytest.mark.parametrize("name", ("all-gather-v", "reduce-scatter-v", "all-to-all-v"))
-def test_variable_sizes_default_to_the_compiled_kernel_on_sms_within_its_bound(name):
+def test_variable_sizes_default_to_the_compiled_kernel_on_sms(name):
     """Copy engines fix sizes when a call is enqueued; sizes that come per
     call stay on SMs (D44) at every size (all-to-all at 256 MiB would
-    otherwise take 'ce'): the compiled kernel reading them up to D12's
-    bound (D46: faster than the interpreter at every size timed), the
-    interpreter past it."""
-    for nbytes, kernel in ((8, "compiled"), (1 << 20, "compiled"), (256 << 20, "interpreted")):
+    otherwise take 'ce'). On one GPU the compiled kernel reads them at every
+    size (D46, D53: its blocks pool over every op, the interpreter's cannot);
+    with a launch per GPU, the interpreter (no launch pools across GPUs)."""
+    for nbytes in (8, 1 << 20, 256 << 20):
         params = dict(default_config(_at(name, nbytes)).exec_params)
-        assert params.get("datapath", "sm") == "sm" and params.get("kernel", "interpreted") == kernel, params
+        assert params.get("datapath", "sm") == "sm" and params.get("kernel") == "compiled", (nbytes, params)
+    params = dict(default_config(_at(name, 256 << 20), fused=False).exec_params)
+    assert params.get("datapath", "sm") == "sm" and "kernel" not in params, params
 
 
 def test_a_large_variable_all_to_all_takes_one_channel_a_small_one_a_channel_per_flow():

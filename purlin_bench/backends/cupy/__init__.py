@@ -134,6 +134,9 @@ class CupyBackend(Backend):
         one_gpu_or_procs = self.fused or self.procs is not None
         # Parity scratch runs compiled or not at all (runner.py), whatever D12 says of its size.
         within = largest <= DEFAULTS.compiled_max_bytes or self._parity(inst, config)  # D12
+        # A variable launch on one GPU pools its blocks over every op (codegen/variable.py), which
+        # the interpreter cannot: past D12's bound, whose capacity buffers the call need not fill.
+        within = within or (inst.variable and self.fused)  # D53
         if one_gpu_or_procs and within and inst.ranks <= DEFAULTS.compiled_max_ranks and self._compiles(inst, config):
             small = largest <= DEFAULTS.compiled_small_bytes  # D13
             kernel = {"kernel": "compiled", **({"threads": DEFAULTS.compiled_small_threads} if small else {})}
