@@ -186,6 +186,11 @@ def test_variable_sizes_default_to_the_compiled_kernel_on_sms(name):
     for nbytes in (8, 1 << 20, 256 << 20):
         params = dict(default_config(_at(name, nbytes)).exec_params)
         assert params.get("datapath", "sm") == "sm" and params.get("kernel") == "compiled", (nbytes, params)
+    # a named strategy whose launch waits on flags pools nothing: the interpreter past D12's bound
+    from purlin_bench.base.config import RunConfig
+
+    gpu, ring = backend_class("cupy")(8, None), RunConfig.make("ring", {})
+    assert "kernel" not in dict(gpu.default_config(_at(name, 256 << 20), ring).exec_params)
     params = dict(default_config(_at(name, 256 << 20), fused=False).exec_params)
     assert params.get("datapath", "sm") == "sm" and "kernel" not in params, params
 

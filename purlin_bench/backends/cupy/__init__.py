@@ -134,9 +134,9 @@ class CupyBackend(Backend):
         one_gpu_or_procs = self.fused or self.procs is not None
         # Parity scratch runs compiled or not at all (runner.py), whatever D12 says of its size.
         within = largest <= DEFAULTS.compiled_max_bytes or self._parity(inst, config)  # D12
-        # A variable launch on one GPU pools its blocks over every op (codegen/variable.py), which
-        # the interpreter cannot: past D12's bound, whose capacity buffers the call need not fill.
-        within = within or (inst.variable and self.fused)  # D53
+        # A variable launch on one GPU that waits on nothing pools its blocks over every op
+        # (codegen/variable.py), which the interpreter cannot: past D12's bound too (D53).
+        within = within or (inst.variable and self.fused and self._waits_on_nothing(inst, config))
         if one_gpu_or_procs and within and inst.ranks <= DEFAULTS.compiled_max_ranks and self._compiles(inst, config):
             small = largest <= DEFAULTS.compiled_small_bytes  # D13
             kernel = {"kernel": "compiled", **({"threads": DEFAULTS.compiled_small_threads} if small else {})}
@@ -162,6 +162,17 @@ class CupyBackend(Backend):
             return cls._program(inst, config).parity_scratch
         except PurlinError:
             return False
+
+    @classmethod
+    def _waits_on_nothing(cls, inst: Instance, config: RunConfig) -> bool:
+        """Whether ``config``'s one launch for ``inst`` waits on and notifies no flag."""
+        from purlin_bench.backends.cupy.codegen.lower import flag_id, lower
+
+        try:
+            ops = lower(cls._program(inst, config), list(range(inst.ranks)), True, "sm", flag_id).ops
+        except PurlinError:
+            return False
+        return not ((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any())
 
     @classmethod
     def _compiles(cls, inst: Instance, config: RunConfig) -> bool:
