@@ -13,7 +13,7 @@ import pytest
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight, options_of
 from purlin_bench.backends.cupy.codegen.lower import OP_NONE, flag_id, lower
-from purlin_bench.backends.cupy.codegen.variable import SHARED
+from purlin_bench.backends.cupy.codegen.variable import POOL_MAX_OPS, SHARED
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.spec.variable import DISTRIBUTIONS, draw_counts
 from purlin_bench.strategies import STRATEGIES
@@ -249,12 +249,17 @@ def test_a_group_reading_many_counts_keeps_them_in_shared_memory_and_a_small_one
     assert SHARED not in push.split('extern "C"', 1)[1] and _LOAD.search(push) and POOLED not in push
 
 
-def test_a_launch_without_flags_pools_its_blocks_over_every_op_and_one_with_flags_does_not():
+def test_a_launch_without_flags_pools_its_blocks_over_its_few_ops_and_one_with_many_does_not():
+    inst = instantiate(load_builtin("all-gather-v"), 8, 1001, 4)
+    push = CupyBackend(8).source(derive_program(inst, "push", "float32"), kernel="compiled")
+    body = push.split(POOLED, 1)[1]
+    assert "switch (blockIdx.x" not in body and body.count("var_move(") == 8
+    assert f"__shared__ i64 {SHARED}[8];" in body  # the counts of every op, read once a block
+    # all-to-all-v's 64 ops ran 0.14-0.46x torch pooled against 0.41-0.97x grouped (D53)
     inst = instantiate(load_builtin("all-to-all-v"), 8, 1001, 4)
     push = CupyBackend(8).source(derive_program(inst, "push", "float32", params={"channels": 8}), kernel="compiled")
-    body = push.split(POOLED, 1)[1]
-    assert "switch (blockIdx.x" not in body and body.count("var_move(") == 64
-    assert f"__shared__ i64 {SHARED}[64];" in body  # the counts of every op, read once a block
+    assert POOLED not in push and "switch (blockIdx.x" in push
+    assert POOL_MAX_OPS < 64
 
 
 def test_a_fixed_program_generates_no_count_code():

@@ -136,7 +136,7 @@ class CupyBackend(Backend):
         within = largest <= DEFAULTS.compiled_max_bytes or self._parity(inst, config)  # D12
         # A variable launch on one GPU that waits on nothing pools its blocks over every op
         # (codegen/variable.py), which the interpreter cannot: past D12's bound too (D53).
-        within = within or (inst.variable and self.fused and self._waits_on_nothing(inst, config))
+        within = within or (inst.variable and self.fused and self._pools(inst, config))
         if one_gpu_or_procs and within and inst.ranks <= DEFAULTS.compiled_max_ranks and self._compiles(inst, config):
             small = largest <= DEFAULTS.compiled_small_bytes  # D13
             kernel = {"kernel": "compiled", **({"threads": DEFAULTS.compiled_small_threads} if small else {})}
@@ -164,15 +164,16 @@ class CupyBackend(Backend):
             return False
 
     @classmethod
-    def _waits_on_nothing(cls, inst: Instance, config: RunConfig) -> bool:
-        """Whether ``config``'s one launch for ``inst`` waits on and notifies no flag."""
+    def _pools(cls, inst: Instance, config: RunConfig) -> bool:
+        """Whether ``config``'s one launch for ``inst`` waits on and notifies no flag, its ops few enough to pool."""
         from purlin_bench.backends.cupy.codegen.lower import flag_id, lower
+        from purlin_bench.backends.cupy.codegen.variable import POOL_MAX_OPS
 
         try:
             ops = lower(cls._program(inst, config), list(range(inst.ranks)), True, "sm", flag_id).ops
         except PurlinError:
             return False
-        return not ((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any())
+        return not ((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any()) and len(ops) <= POOL_MAX_OPS
 
     @classmethod
     def _compiles(cls, inst: Instance, config: RunConfig) -> bool:

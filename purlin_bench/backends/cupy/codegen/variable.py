@@ -211,12 +211,21 @@ def move_code(vop: VarOp, nsrc: int, kind: str, registers: bool, part: tuple[str
     )
 
 
+# Most ops a pooled launch takes (D53, H100, 8 virtual ranks, skewed): all-gather-v's 8 ran
+# 1.00x torch pooled against 0.75x grouped, all-to-all-v's 64 0.14-0.46x against 0.41-0.97x
+# (512 KiB-2 MiB; why it lost was not profiled).
+POOL_MAX_OPS = 8
+
+
 def pools(groups: list, ops, vops: list[VarOp | None], where) -> bool:
     """Whether every block of a launch whose ops wait on and notify nothing
     (a fused launch drops ready and done) may take a share of every op
-    (pooled_code): no two ops of a group touch an element one of them
-    writes, for any call's counts. Ops of different groups already run in
-    no order; a group's own ops were ordered by its threads' program order."""
+    (pooled_code): at most POOL_MAX_OPS of them, and no two ops of a group
+    touch an element one of them writes, for any call's counts. Ops of
+    different groups already run in no order; a group's own ops were
+    ordered by its threads' program order."""
+    if sum(v is not None for v in vops) > POOL_MAX_OPS:
+        return False
     for begin, end, _, _ in groups:
         moved: list[tuple[VarOp, int]] = []
         for k in range(begin, end):
