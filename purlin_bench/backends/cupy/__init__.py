@@ -165,15 +165,18 @@ class CupyBackend(Backend):
 
     @classmethod
     def _pools(cls, inst: Instance, config: RunConfig) -> bool:
-        """Whether ``config``'s one launch for ``inst`` waits on and notifies no flag, its ops few enough to pool."""
+        """Whether ``config``'s one launch for ``inst`` waits on and notifies no flag and has few
+        enough ops to pool (the generator's own tests; it also checks that no two ops of a group
+        overlap, which needs the launch's buffer layout: a launch failing only that is unmeasured)."""
+        from purlin_bench.backends.cupy.codegen import variable
+        from purlin_bench.backends.cupy.codegen.compiled import has_flags
         from purlin_bench.backends.cupy.codegen.lower import flag_id, lower
-        from purlin_bench.backends.cupy.codegen.variable import POOL_MAX_OPS
 
         try:
-            ops = lower(cls._program(inst, config), list(range(inst.ranks)), True, "sm", flag_id).ops
+            lowered = lower(cls._program(inst, config), list(range(inst.ranks)), True, "sm", flag_id)
         except PurlinError:
             return False
-        return not ((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any()) and len(ops) <= POOL_MAX_OPS
+        return lowered.sizes is not None and not has_flags(lowered) and variable.few_enough(variable.var_ops(lowered))
 
     @classmethod
     def _compiles(cls, inst: Instance, config: RunConfig) -> bool:

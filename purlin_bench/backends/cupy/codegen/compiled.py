@@ -328,6 +328,12 @@ def _group_code(
     return lines
 
 
+def has_flags(lowered: Lowered) -> bool:
+    """Whether any op of ``lowered`` waits on or notifies a flag (a fused launch drops ready and done)."""
+    ops = lowered.ops
+    return bool(len(ops)) and bool((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any())
+
+
 def generate(
     lowered: Lowered,
     ranks: int,
@@ -355,7 +361,7 @@ def generate(
         )
     ops = lowered.ops
     sized = None if lowered.sizes is None else (variable.var_ops(lowered), variable.caps_of(lowered))
-    flagged = bool(len(ops)) and bool((ops["nwait"] > 0).any() or (ops["nnotify"] > 0).any())
+    flagged = has_flags(lowered)
     if scratch_shift and not flagged:
         raise CapacityError("parity scratch needs a launch that counts its calls (one with flags)")
     out = [f"  const int B = {blocks};"]

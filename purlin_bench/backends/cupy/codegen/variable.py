@@ -205,8 +205,10 @@ def move_code(vop: VarOp, nsrc: int, kind: str, registers: bool, part: tuple[str
     dsts = ", ".join(address(s) for s in vop.slices[nsrc:])
     ndst = len(vop.slices) - nsrc
     count, lanes = (part[1], "threadIdx.x, blockDim.x") if part else (count_code(vop, registers), "tid, stride")
+    # A block's part of an op is often empty: it skips the op's addresses too.
+    guard = f"if ({count} > 0) " if part else ""
     return (
-        f"    {{ char* const src[{nsrc}] = {{{srcs}}}; char* const dst[{ndst}] = {{{dsts}}};"
+        f"    {guard}{{ char* const src[{nsrc}] = {{{srcs}}}; char* const dst[{ndst}] = {{{dsts}}};"
         f" var_move({kind}, {count}, src, dst, {lanes}); }}"
     )
 
@@ -217,6 +219,11 @@ def move_code(vop: VarOp, nsrc: int, kind: str, registers: bool, part: tuple[str
 POOL_MAX_OPS = 8
 
 
+def few_enough(vops: list[VarOp | None]) -> bool:
+    """Whether a launch has few enough ops that move data to pool them (POOL_MAX_OPS)."""
+    return sum(v is not None for v in vops) <= POOL_MAX_OPS
+
+
 def pools(groups: list, ops, vops: list[VarOp | None], where) -> bool:
     """Whether every block of a launch whose ops wait on and notify nothing
     (a fused launch drops ready and done) may take a share of every op
@@ -224,7 +231,7 @@ def pools(groups: list, ops, vops: list[VarOp | None], where) -> bool:
     touch an element one of them writes, for any call's counts. Ops of
     different groups already run in no order; a group's own ops were
     ordered by its threads' program order."""
-    if sum(v is not None for v in vops) > POOL_MAX_OPS:
+    if not few_enough(vops):
         return False
     for begin, end, _, _ in groups:
         moved: list[tuple[VarOp, int]] = []
@@ -242,7 +249,7 @@ def pooled_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dic
     """Every op of the launch as one range of work, cut evenly over all its
     blocks from this call's counts: each block moves the elements of its
     share, op by op. Under skewed counts a rank's (or a flow's) fixed share
-    of blocks left the others idle while it moved most of the bytes (D52).
+    of blocks left the others idle while it moved most of the bytes (D53).
     An element weighs the slices it passes through (an 8-way fan-out copy
     moves 9), so a block's share is of bytes moved, not of elements."""
     moving = [k for k, v in enumerate(vops) if v is not None]
@@ -268,7 +275,7 @@ def pooled_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dic
             f" const i64 first = (a + {w - 1}) / {w}, last = (b + {w - 1}) / {w};"
         )
         lines.append("  " + move_code(vops[k], int(ops[k]["nsrc"]), kinds[int(ops[k]["op"])], registers,
-                                      ("first", "last - first")).replace("    { char", "  if (first < last) { char", 1))
+                                      ("first", "last - first")))
         # Past its share a block is done: with 64 ops (all-to-all-v, 8 ranks) most blocks look at a few.
         lines.append("      at += n; if (at >= hi) return; }")
     return lines
