@@ -375,17 +375,43 @@ __device__ __forceinline__ void reduce_one_vector(int nsrc, int ndst, char* cons
     for (int d = 0; d < ndst; ++d) st_vec(dst[d] + at, out.u);
 }
 
+// How move_op splits an op (split_of): SPLIT_VECTORS when every slice sits at one
+// offset within 16 bytes; SPLIT_LOADS when the sources do and some destination does
+// not (every variable-size slice at an odd element: reduce-scatter-v's sources sit at
+// the rank's offset, its output at 0), which loads 16-byte vectors in the sources'
+// alignment and stores element by element: the loads are what a thread waits on, and
+// one at a time they held reduce-scatter-v to 0.65-0.77x torch (D55); else
+// SPLIT_ELEMENTS, element by element.
+enum { SPLIT_ELEMENTS = 0, SPLIT_VECTORS = 1, SPLIT_LOADS = 2 };
+
+// SPLIT_LOADS is built into kernels of variable programs only (-DPURLIN_VARIABLE=1,
+// or PURLIN_SPLIT_LOADS=1 in a compiled one's source), and not for 8-byte elements:
+// fixed programs' slices sit at multiples of 16 bytes at the sizes that matter, and
+// its element stores tipped builds at the 128-register cap into spills (float32
+// max and min, float64 at unroll 4: sm_80-sm_100, tests/kernels/test_atoms_compile.py).
+#ifndef PURLIN_SPLIT_LOADS
+#define PURLIN_SPLIT_LOADS PURLIN_VARIABLE
+#endif
+#define HAS_SPLIT_LOADS (PURLIN_SPLIT_LOADS && sizeof(S) < 8)
+
+// The split of an op whose first source is `mis0` bytes past 16, given whether its
+// sources (`srcs_same`) and all its slices (`all_same`) share that offset.
+__device__ __forceinline__ int split_of(u64 mis0, bool srcs_same, bool all_same) {
+    if (!srcs_same || mis0 % sizeof(S)) return SPLIT_ELEMENTS;
+    return all_same ? SPLIT_VECTORS : (HAS_SPLIT_LOADS ? SPLIT_LOADS : SPLIT_ELEMENTS);
+}
+
 template <int U, int G = SRC_BATCH(U)>
-__device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst, char* const* src, char* const* dst, bool aligned16, int head, i64 tid, i64 stride) {
-    if (aligned16) {
-        // Elements before the first 16-byte boundary and after the last full vector go one by one.
+__device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst, char* const* src, char* const* dst, int split, int head, i64 tid, i64 stride) {
+    if (split != SPLIT_ELEMENTS) {
+        // Elements before the sources' first 16-byte boundary and after the last full vector go one by one.
         i64 nvec = (count - head) / VEC;
         i64 tail = head + nvec * VEC;
 #if PURLIN_UNROLL == 2 && SHORT_BATCH > 1
         // Only at U=2, the reductions' default: at U=1 the main loop already
         // loads 8 sources a round, and at U=4 it leaves no registers for this
         // path (ptxas spills).
-        if (IS_REDUCE(kind) && nvec <= stride) {
+        if (IS_REDUCE(kind) && nvec <= stride && split == SPLIT_VECTORS) {  // it stores vectors
             if (tid < nvec) reduce_one_vector(nsrc, ndst, src, dst, (head + tid * VEC) * (i64)sizeof(S));
         } else
 #endif
@@ -422,7 +448,14 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
 #pragma unroll
                 for (int k = 0; k < U; ++k) {
                     i64 at = v + k * stride;
-                    if (at < nvec) st_vec(dst[d] + (head + at * VEC) * sizeof(S), out[k].u);
+                    if (at >= nvec) continue;
+                    char* to = dst[d] + (head + at * VEC) * sizeof(S);
+                    if (split == SPLIT_VECTORS || !HAS_SPLIT_LOADS) {
+                        st_vec(to, out[k].u);
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < VEC; ++e) ((S*)to)[e] = out[k].s[e];
+                    }
                 }
             }
         }
@@ -431,7 +464,7 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
         for (i64 j = tid; j < edges; j += stride) move_one(kind, j < head ? j : tail + (j - head), nsrc, ndst, src, dst);
         return;
     }
-    // Pointers disagree modulo 16 bytes: element by element. A copy issues
+    // Sources disagree modulo 16 bytes: element by element. A copy issues
     // ELEM_BATCH loads a thread before its first store: one at a time, a
     // thread waited a memory round trip per element, and variable-size
     // copies (slices at any element offset) ran at 0.55x torch's index copy.
@@ -530,8 +563,8 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
             }
             s_abort[half] = aborted;
         }
-        // Threads 0..nsrc+ndst-1 resolve one slice address each; vectors are
-        // used only if every address has the same offset within 16 bytes.
+        // Threads 0..nsrc+ndst-1 resolve one slice address each; the split
+        // (split_of) follows their offsets within 16 bytes.
 #if PURLIN_VARIABLE
         // Sizes from the call's counts: thread 0 clips the op's count, each
         // slice's thread moves it past the counts before it; the alignment
@@ -560,13 +593,13 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
         if (kind != OP_NONE) {
             const i64 count = s_count[half];
             const u64 mis = (u64)s_src[half][0] & 15u;
-            int same = 1;
-            for (int k = 1; k < nsrc; ++k) same &= ((u64)s_src[half][k] & 15u) == mis;
-            for (int k = 0; k < ndst; ++k) same &= ((u64)s_dst[half][k] & 15u) == mis;
-            const int aligned = same && (mis % sizeof(S)) == 0;
-            i64 head = aligned ? ((16 - (i64)mis) & 15) / (i64)sizeof(S) : 0;
+            bool srcs = true, all = true;
+            for (int k = 1; k < nsrc; ++k) srcs &= ((u64)s_src[half][k] & 15u) == mis;
+            for (int k = 0; k < ndst && srcs; ++k) all &= ((u64)s_dst[half][k] & 15u) == mis;
+            const int split = split_of(mis, srcs, srcs && all);
+            i64 head = split ? ((16 - (i64)mis) & 15) / (i64)sizeof(S) : 0;
             head = head < count ? head : count;
-            move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], aligned, (int)head, tid, stride);
+            move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], split, (int)head, tid, stride);
         }
 #else
         int same = 1;
@@ -582,16 +615,20 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
                 same = ((u64)p & 15u) == (u64)mis;
             }
         }
-        const int aligned = __syncthreads_and(same) && (mis % (i64)sizeof(S)) == 0;
+        const int all = __syncthreads_and(same);
         if (s_abort[half]) {
             if (threadIdx.x == 0) mark_aborted(status);
             return;
         }
         if (kind != OP_NONE) {
             const i64 count = op->count;
-            i64 head = aligned ? ((16 - mis) & 15) / (i64)sizeof(S) : 0;
+            bool srcs = true;
+            if (!all)  // the sources' offsets, from shared memory
+                for (int k = 1; k < nsrc; ++k) srcs &= ((u64)s_src[half][k] & 15u) == (u64)mis;
+            const int split = split_of(mis, srcs, all);
+            i64 head = split ? ((16 - mis) & 15) / (i64)sizeof(S) : 0;
             head = head < count ? head : count;
-            move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], aligned, (int)head, tid, stride);
+            move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], split, (int)head, tid, stride);
         }
 #endif
         if (op->nnotify) {

@@ -20,12 +20,19 @@ from purlin_bench.strategies.base import Builder, finish
 
 
 def test_the_split_is_the_datapaths():
-    # float32, aligned: 4-element vectors, vector v to thread v mod stride
-    assert owners(12, [0, 4], 4, 2).tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0]
+    # float32, sources aligned: 4-element vectors, vector v to thread v mod stride
+    assert owners(12, [0], [4], 4, 2).tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0]
     # one element before the first 16-byte boundary and two after the last vector go one by one
-    assert owners(7, [3, 7], 4, 2).tolist() == [0, 0, 0, 0, 0, 1, 0]
-    # slices at different offsets within 16 bytes: element by element
-    assert owners(5, [0, 1], 4, 3).tolist() == [0, 1, 2, 0, 1]
+    assert owners(7, [3], [7], 4, 2).tolist() == [0, 0, 0, 0, 0, 1, 0]
+    # sources at different offsets within 16 bytes: element by element
+    assert owners(5, [0, 1], [0], 4, 3).tolist() == [0, 1, 2, 0, 1]
+    # a fixed program's source and destination at different offsets: element by element
+    assert owners(5, [1], [0], 4, 3).tolist() == [0, 1, 2, 0, 1]
+    # a variable program's: vectors in the source's alignment (4 bytes past 16:
+    # three head elements, one vector, two tail ones), stored element by element
+    assert owners(9, [1], [0], 4, 2, variable=True).tolist() == [0, 1, 0, 0, 0, 0, 0, 1, 0]
+    # ... but 8-byte elements go one by one
+    assert owners(4, [0], [1], 8, 3, variable=True).tolist() == [0, 1, 2, 0]
 
 
 def test_the_mode_is_read_and_checked():
@@ -81,7 +88,7 @@ def test_an_op_reading_another_blocks_write_without_a_flag_is_caught():
     inst, program = _reads_another_blocks_write()
     # The whole-list reference runs the ops in order: right, every time.
     assert all(_exact(NumpyRunner(program, seed=s), inst, None) for s in range(5))
-    assert owners(32, [32, 32], 4, 3)[0] == 0 and owners(64, [0, 0], 4, 3)[32] == 2
+    assert owners(32, [32], [32], 4, 3)[0] == 0 and owners(64, [0], [0], 4, 3)[32] == 2
     # Split over 3 blocks, some interleavings run a block ahead into poison.
     assert not all(_exact(BlockSplitRunner(program, seed=s, blocks=3, threads=1), inst, None) for s in range(20))
 

@@ -12,12 +12,15 @@ its own, in a seeded random interleaving, each block moving exactly the
 elements the datapath gives it.
 
 Which elements a block moves (the interpreter's rule, and the compiled
-datapath's, which decides the same split ahead of time): with every slice of
-an op at one offset within 16 bytes, the elements before the first 16-byte
-boundary and after the last full vector go one by one, element j of those
-to thread j mod (B*T), and vector v (VEC = 16 / itemsize elements) to thread
-v mod (B*T); otherwise element i to thread i mod (B*T). Thread t is in block
-t // T. Buffers start on 16 bytes (the GPU backend checks it).
+datapath's, which decides the same split ahead of time): with every slice
+of an op at one offset within 16 bytes (in a variable program, every source:
+its destinations are then stored element by element, except 8-byte
+elements, moved element by element), the elements before the
+sources' first 16-byte boundary and after the last full vector go one by one,
+element j of those to thread j mod (B*T), and vector v (VEC = 16 / itemsize
+elements) to thread v mod (B*T); otherwise element i to thread i mod (B*T).
+Thread t is in block t // T. Buffers start on 16 bytes (the GPU backend
+checks it).
 
 Turned on by PURLIN_BLOCK_MODEL=B or BxT (T threads a block, default 2: few
 threads make small counts split across blocks) for the numpy backend in one
@@ -55,13 +58,18 @@ def block_model(environ: Mapping[str, str] | None = None) -> tuple[int, int] | N
     return blocks, threads
 
 
-def owners(count: int, offsets: list[int], itemsize: int, stride: int) -> np.ndarray:
+def owners(
+    count: int, sources: list[int], dests: list[int], itemsize: int, stride: int, variable: bool = False
+) -> np.ndarray:
     """The thread (0..stride-1) that moves each of an op's ``count`` elements,
-    given every slice's element offset in its 16-byte-aligned buffer."""
+    given its slices' element offsets in their 16-byte-aligned buffers;
+    ``variable``: the op is a variable program's (built with SPLIT_LOADS)."""
     i = np.arange(count, dtype=np.int64)
-    mis = {(o * itemsize) % 16 for o in offsets}
+    mis = {(o * itemsize) % 16 for o in sources}
     if len(mis) != 1 or next(iter(mis)) % itemsize:
         return i % stride
+    if not {(o * itemsize) % 16 for o in dests} <= mis and not (variable and itemsize < 8):
+        return i % stride  # no SPLIT_LOADS (snac.cu HAS_SPLIT_LOADS): element by element
     vec = 16 // itemsize
     head = min(count, (16 - next(iter(mis))) % 16 // itemsize)
     nvec = (count - head) // vec
@@ -88,11 +96,16 @@ class BlockSplitRunner(NumpyRunner):
     def _mask(self, step, block: int) -> np.ndarray:
         key = (id(step), block, self._now)  # variable sizes: a call's counts decide each op's split
         if key not in self._masks:
-            refs = [step.src, *step.dsts] if isinstance(step, Stage) else [*step.srcs, *step.dsts]
-            refs = [resolve(r, self._now, self.program.count_caps) for r in refs]
-            count = refs[0].count
-            offsets = [self.program.physical(r)[2] for r in refs]
-            who = owners(count, offsets, self.dtype.itemsize, self.blocks * self.threads) // self.threads
+            srcs = [step.src] if isinstance(step, Stage) else list(step.srcs)
+            srcs, dsts = ([resolve(r, self._now, self.program.count_caps) for r in refs] for refs in (srcs, step.dsts))
+
+            def offsets(refs):
+                return [self.program.physical(r)[2] for r in refs]
+
+            stride = self.blocks * self.threads
+            variable = self.program.variable
+            who = owners(srcs[0].count, offsets(srcs), offsets(dsts), self.dtype.itemsize, stride, variable)
+            who //= self.threads
             self._masks[key] = (who == block, step)  # the step kept alive: its id stays its own
         return self._masks[key][0]
 

@@ -69,7 +69,8 @@ extern "C" __global__ void __launch_bounds__(512) ipc_oneshot(
         u64 mis = (u64)t.dst;
         for (int s = 0; s < nsrc; ++s) { src[s] = (char*)t.src[s]; mis |= (u64)t.src[s]; }
         const int kind = nsrc > 1 ? OP_REDUCE : OP_COPY;
-        move_op<PURLIN_UNROLL>(kind, t.count, nsrc, 1, src, dst, (mis & 15u) == 0, 0, tid, stride);
+        move_op<PURLIN_UNROLL>(kind, t.count, nsrc, 1, src, dst, (mis & 15u) == 0 ? SPLIT_VECTORS : SPLIT_ELEMENTS, 0,
+                               tid, stride);
     }
     __syncthreads();
     if (meet(mine, peers, 1, rank, R, epoch, status, timeout_ns)) return;

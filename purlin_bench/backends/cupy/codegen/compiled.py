@@ -64,6 +64,9 @@ def build_weight(lowered: Lowered) -> int:
 # Where snac.cu's primitives end and its interpreter kernel begins.
 _KERNEL_MARK = "// ---------------------------------------------------------------------- kernel"
 _KIND = {OP_NONE: "OP_NONE", OP_COPY: "OP_COPY", OP_REDUCE: "OP_REDUCE"}
+# move_op's splits of a fixed program's op (atoms/snac.cu split_of), as BaseLayout.split gives them.
+SPLIT_ELEMENTS, SPLIT_VECTORS = 0, 1
+_SPLIT = {SPLIT_ELEMENTS: "SPLIT_ELEMENTS", SPLIT_VECTORS: "SPLIT_VECTORS"}
 
 _PROLOGUE = r"""
 #ifndef PURLIN_UNROLL
@@ -115,17 +118,19 @@ class BaseLayout:
         rank, buf, at = self.where[index]
         return (rank, buf), at + offset, at + offset + count
 
-    def split(self, op) -> tuple[bool, int]:
-        """The interpreter's vector rule, decided here: (aligned, head)."""
+    def split(self, op) -> tuple[int, int]:
+        """The interpreter's split (snac.cu split_of) of a fixed program's op,
+        decided here: (SPLIT_VECTORS, head) or (SPLIT_ELEMENTS, 0); fixed
+        programs are built without SPLIT_LOADS (D55)."""
         nsrc, ndst, count = int(op["nsrc"]), int(op["ndst"]), int(op["count"])
         mis = {
             (self.misalignment(_base(int(p))[0]) + _base(int(p))[1] * self.itemsize) % 16
             for p in [*op["src"][:nsrc], *op["dst"][:ndst]]
         }
         if len(mis) != 1 or next(iter(mis)) % self.itemsize:
-            return False, 0
+            return SPLIT_ELEMENTS, 0
         head = (16 - next(iter(mis))) % 16 // self.itemsize
-        return True, min(head, count)
+        return SPLIT_VECTORS, min(head, count)
 
 
 def primitives(snac_source: str) -> str:
@@ -312,13 +317,13 @@ def _group_code(
             lines.append(variable.move_code(sized[0][k], nsrc, _KIND[kind], registers))
             moved.append(k)
         elif kind != OP_NONE:
-            aligned, head = layout.split(op)
+            split, head = layout.split(op)
             dsts = [d for i in together for d in ops[i]["dst"][: int(ops[i]["ndst"])]]
             lines.append(
                 f"    {{ char* const src[{nsrc}] = {{{_slices(op['src'][:nsrc])}}};"
                 f" char* const dst[{len(dsts)}] = {{{_slices(dsts)}}};"
                 f" move_op<PURLIN_UNROLL>({_KIND[kind]}, {count}ll, {nsrc}, {len(dsts)}, src, dst, "
-                f"{str(aligned).lower()}, {head}, tid, stride); }}"
+                f"{_SPLIT[split]}, {head}, tid, stride); }}"
             )
             moved.extend(together)
         pending.extend(ids)
@@ -414,6 +419,8 @@ def _kernel_head(lowered: Lowered, ranks: int, blocks: int, snac_source: str, si
     # No __restrict__ on the bases: in place, an output base points into its input.
     params = [f"{'char' if n[0] == 'b' else 'u64'}* {n}" for n in names]
     head = [
+        # Sizes per call put slices at any element: vector loads with element stores (snac.cu, D55).
+        *(["#define PURLIN_SPLIT_LOADS 1"] if sized is not None else []),
         primitives(snac_source),
         _PROLOGUE + (variable.PROLOGUE if sized is not None else ""),
         f"// {len(lowered.groups)} groups, {len(lowered.ops)} ops, {blocks} blocks a group",

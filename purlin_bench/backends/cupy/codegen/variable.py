@@ -32,21 +32,21 @@ PROLOGUE = r"""
 // move a slice out of its buffer.
 __device__ __forceinline__ i64 clamp_count(i64 n, i64 cap) { return n < 0 ? 0 : (n > cap ? cap : n); }
 
-// One op whose slice addresses are known only at run time: the vector split
-// snac.cu's interpreter works out (the same offset within 16 bytes at every
-// slice, or element by element), by every thread from its registers.
+// One op whose slice addresses are known only at run time: the split snac.cu's
+// interpreter works out (split_of), by every thread from its registers.
 template <int NS, int ND>
 __device__ __forceinline__ void var_move(int kind, i64 count, char* const (&src)[NS], char* const (&dst)[ND],
                                          i64 tid, i64 stride) {
     const u64 mis = (u64)src[0] & 15u;
-    bool same = (mis % sizeof(S)) == 0;
+    bool srcs = true, all = true;
 #pragma unroll
-    for (int k = 1; k < NS; ++k) same &= ((u64)src[k] & 15u) == mis;
+    for (int k = 1; k < NS; ++k) srcs &= ((u64)src[k] & 15u) == mis;
 #pragma unroll
-    for (int k = 0; k < ND; ++k) same &= ((u64)dst[k] & 15u) == mis;
-    i64 head = same ? ((16 - (i64)mis) & 15) / (i64)sizeof(S) : 0;
+    for (int k = 0; k < ND; ++k) all &= ((u64)dst[k] & 15u) == mis;
+    const int split = split_of(mis, srcs, srcs && all);
+    i64 head = split ? ((16 - (i64)mis) & 15) / (i64)sizeof(S) : 0;
     head = head < count ? head : count;
-    move_op<PURLIN_UNROLL>(kind, count, NS, ND, src, dst, same, (int)head, tid, stride);
+    move_op<PURLIN_UNROLL>(kind, count, NS, ND, src, dst, split, (int)head, tid, stride);
 }
 """
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Session 23, call 1: vector loads in the sources' alignment with element stores
+# (SPLIT_LOADS, atoms/snac.cu) against main (.snapmain = git archive main): a quick
+# exactness check of the default path first, then the -v collectives new vs main side
+# by side, then the wider checks. Steps are skipped past ${STOP:-520} s.
+source lab/device-prelude.sh
+R=$PWD
+ck() {  # label, timeout, check arguments
+  local label=$1 t=$2; shift 2
+  [ $SECONDS -gt ${STOP:-520} ] && { echo "skip $label"; return; }
+  ( use_tree $R; timeout $t $P check "$@" --backend cupy --failed-only > $T/$label.log 2>&1; echo "== $label rc=$? t=$SECONDS"
+    summary $T/$label.log )
+}
+V3="all-gather-v,reduce-scatter-v,all-to-all-v --strategy all --counts all"
+ck v-compiled 100 $V3 --ranks 3,8 --kernel compiled -d float32,bfloat16
+V="--backend cupy --no-inplace -n 10 -w 2 -G 3"
+for x in ${COLLS:-reduce-scatter-v all-gather-v all-to-all-v}; do
+  for tree in $R .snapmain; do
+    [ $SECONDS -gt ${STOP:-520} ] && { echo "skip $tree $x"; continue; }
+    lbl=$([ $tree = $R ] && echo new || echo main)
+    ( cd $R && use_tree $tree && go $lbl-$x 90 $x ${RANGE:--b 512K -e 32M -f 4} --counts ${COUNTS:-skewed} ${EXTRA:-} )
+  done
+done
+ck v-interp 120 $V3 --ranks 3,8 -d float32,bfloat16,float8_e4m3fn,float64 --kernel interpreted
+ck fixed-interp 90 all-gather,reduce-scatter,all-reduce,all-to-all,gather,scatter --strategy all --ranks 3 \
+  --count 1001 -d float32,bfloat16 --kernel interpreted
+ck fixed-compiled 90 all-gather,reduce-scatter,all-reduce,all-to-all --strategy all --ranks 3 --count 1001 \
+  --kernel compiled -d float32,bfloat16
