@@ -33,6 +33,8 @@ def test_the_split_is_the_datapaths():
     assert owners(9, [1], [0], 4, 2, variable=True).tolist() == [0, 1, 0, 0, 0, 0, 0, 1, 0]
     # ... but 8-byte elements go one by one
     assert owners(4, [0], [1], 8, 3, variable=True).tolist() == [0, 1, 2, 0]
+    # ... and so do ops with several destinations
+    assert owners(5, [1], [0, 0], 4, 3, variable=True).tolist() == [0, 1, 2, 0, 1]
 
 
 def test_the_mode_is_read_and_checked():

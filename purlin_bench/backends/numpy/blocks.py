@@ -13,9 +13,10 @@ elements the datapath gives it.
 
 Which elements a block moves (the interpreter's rule, and the compiled
 datapath's, which decides the same split ahead of time): with every slice
-of an op at one offset within 16 bytes (in a variable program, every source:
-its destinations are then stored element by element, except 8-byte
-elements, moved element by element), the elements before the
+of an op at one offset within 16 bytes (in a variable program's op with one
+destination, every source: the destination is then stored element by
+element, except 8-byte elements, moved element by element), the elements
+before the
 sources' first 16-byte boundary and after the last full vector go one by one,
 element j of those to thread j mod (B*T), and vector v (VEC = 16 / itemsize
 elements) to thread v mod (B*T); otherwise element i to thread i mod (B*T).
@@ -68,8 +69,8 @@ def owners(
     mis = {(o * itemsize) % 16 for o in sources}
     if len(mis) != 1 or next(iter(mis)) % itemsize:
         return i % stride
-    if not {(o * itemsize) % 16 for o in dests} <= mis and not (variable and itemsize < 8):
-        return i % stride  # no SPLIT_LOADS (snac.cu HAS_SPLIT_LOADS): element by element
+    if not {(o * itemsize) % 16 for o in dests} <= mis and not (variable and itemsize < 8 and len(dests) == 1):
+        return i % stride  # no SPLIT_LOADS (snac.cu split_of): element by element
     vec = 16 // itemsize
     head = min(count, (16 - next(iter(mis))) % 16 // itemsize)
     nvec = (count - head) // vec
