@@ -161,3 +161,15 @@ def test_the_fanout_shapes_bulk_copy_kernels_build(tmp_path, fan_d):
         assert tile * stages * per_sm <= 227 << 10  # an H100's or H200's shared memory an SM
         assert (1 << 20) % tile == 0  # whole tiles only: every --mib is a whole number of them
         assert_builds_without_spills(source, ["-std=c++17", f"-DTILE={tile}", f"-DSTAGES={stages}", f"-DFAN_D={fan_d}"], "sm_90", f"tile {tile} x {stages}", tmp_path / "tma.o")
+
+
+def test_even_counts_add_up_to_the_total_at_16_byte_multiples():
+    """lab/scripts/bench_even_counts.py: every count but the last a multiple of 16 bytes, all adding up."""
+    import numpy as np
+    from bench_even_counts import even_counts
+
+    from purlin_bench.spec import instantiate, load_builtin
+
+    inst = instantiate(load_builtin("reduce-scatter-v"), 8, 1, 2)
+    counts = even_counts(inst, 1001, "uniform", np.random.default_rng(0))
+    assert sum(counts) == 1001 and len(set(counts[:-1])) == 1 and counts[0] % 8 == 0

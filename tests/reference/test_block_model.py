@@ -118,3 +118,14 @@ def test_the_backend_takes_the_mode_from_the_environment(monkeypatch):
     inst = instantiate(load_builtin("all-gather"), 2, 9, 4, 0)
     runner = backend.prepare(derive_program(inst, "direct", "float32", None, {}, False))
     assert isinstance(runner, BlockSplitRunner) and (runner.blocks, runner.threads) == (3, 4)
+
+
+def test_a_steps_destinations_are_split_as_the_datapath_splits_them_into_ops():
+    # Each op of at most MAX_DST destinations is split on its own: a 17th
+    # destination alone in its op takes SPLIT_LOADS where the first 16 do not.
+    from purlin_bench.backends.cupy.codegen.lower import MAX_DST
+    from purlin_bench.backends.numpy.blocks import OP_DESTINATIONS
+
+    assert OP_DESTINATIONS == MAX_DST
+    assert owners(9, [0], [1] * MAX_DST, 4, 2, variable=True).tolist() == [0, 1, 0, 1, 0, 1, 0, 1, 0]
+    assert owners(9, [0], [1], 4, 2, variable=True).tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 0]

@@ -42,6 +42,9 @@ from purlin_bench.program.model import Consume, Notify, Program, Stage
 from purlin_bench.program.variable import resolve
 
 MAX_BLOCKS = 64
+# A step's destinations go to the datapath in ops of at most this many
+# (codegen/lower.py MAX_DST), each split on its own (owners).
+OP_DESTINATIONS = 16
 
 
 def block_model(environ: Mapping[str, str] | None = None) -> tuple[int, int] | None:
@@ -94,11 +97,13 @@ class BlockSplitRunner(NumpyRunner):
         self.counts: dict = {}  # flag -> bumps over all calls
         self._masks: dict = {}
 
-    def _mask(self, step, block: int) -> np.ndarray:
-        key = (id(step), block, self._now)  # variable sizes: a call's counts decide each op's split
+    def _mask(self, step, block: int, at: int) -> np.ndarray:
+        """Which elements ``block`` moves of the op of ``step`` whose destinations start at ``at``."""
+        key = (id(step), block, self._now, at)  # variable sizes: a call's counts decide each op's split
         if key not in self._masks:
             srcs = [step.src] if isinstance(step, Stage) else list(step.srcs)
-            srcs, dsts = ([resolve(r, self._now, self.program.count_caps) for r in refs] for refs in (srcs, step.dsts))
+            chunk = step.dsts[at : at + OP_DESTINATIONS]
+            srcs, dsts = ([resolve(r, self._now, self.program.count_caps) for r in refs] for refs in (srcs, chunk))
 
             def offsets(refs):
                 return [self.program.physical(r)[2] for r in refs]
@@ -149,15 +154,17 @@ class BlockSplitRunner(NumpyRunner):
         if isinstance(step, Notify):
             self.counts[step.flag] = self.counts.get(step.flag, 0) + 1
         elif isinstance(step, Stage) and step.dsts:
-            mask = self._mask(step, block)
-            for dst in step.dsts:
-                self.view(dst)[mask] = self.view(step.src)[mask]
+            for at in range(0, len(step.dsts), OP_DESTINATIONS):
+                mask = self._mask(step, block, at)
+                for dst in step.dsts[at : at + OP_DESTINATIONS]:
+                    self.view(dst)[mask] = self.view(step.src)[mask]
         elif isinstance(step, Consume) and step.op != "wait":
-            mask = self._mask(step, block)
-            parts = [self.view(s)[mask] for s in step.srcs]
-            value = parts[0] if step.op == "copy" else accumulate(parts, self.program.redop or "sum").astype(self.dtype)
-            for dst in step.dsts:
-                self.view(dst)[mask] = value
+            for at in range(0, len(step.dsts), OP_DESTINATIONS):
+                mask = self._mask(step, block, at)
+                parts = [self.view(s)[mask] for s in step.srcs]
+                value = parts[0] if step.op == "copy" else accumulate(parts, self.program.redop or "sum")
+                for dst in step.dsts[at : at + OP_DESTINATIONS]:
+                    self.view(dst)[mask] = value.astype(self.dtype)
 
     def _blocked(self, heads: dict, need: int) -> str:
         parts = []
