@@ -16,12 +16,12 @@ datapath's, which decides the same split ahead of time): with every slice
 of an op at one offset within 16 bytes (in a variable program's op with one
 destination, every source: the destination is then stored element by
 element, except 8-byte elements, moved element by element), the elements
-before the
-sources' first 16-byte boundary and after the last full vector go one by one,
-element j of those to thread j mod (B*T), and vector v (VEC = 16 / itemsize
-elements) to thread v mod (B*T); otherwise element i to thread i mod (B*T).
-Thread t is in block t // T. Buffers start on 16 bytes (the GPU backend
-checks it).
+before the sources' first 16-byte boundary and after the last full vector
+go one by one, element j of those to thread j mod (B*T), and vector v
+(VEC = 16 / itemsize elements) to thread v mod (B*T); otherwise element i
+to thread i mod (B*T). Thread t is in block t // T. An op is a step's
+sources with at most OP_DESTINATIONS of its destinations. Buffers start on
+16 bytes (the GPU backend checks it).
 
 Turned on by PURLIN_BLOCK_MODEL=B or BxT (T threads a block, default 2: few
 threads make small counts split across blocks) for the numpy backend in one
