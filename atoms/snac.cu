@@ -403,6 +403,13 @@ __device__ __forceinline__ int split_of(u64 mis0, bool srcs_same, bool all_same,
     return all_same ? SPLIT_VECTORS : (HAS_SPLIT_LOADS && ndst == 1 ? SPLIT_LOADS : SPLIT_ELEMENTS);
 }
 
+// Elements of an op of `count` before its sources' first 16-byte boundary (`mis`
+// bytes past one) under `split`: move_op's head, which every caller works out alike.
+__device__ __forceinline__ int head_of(int split, u64 mis, i64 count) {
+    const i64 head = split ? ((16 - (i64)mis) & 15) / (i64)sizeof(S) : 0;
+    return (int)(head < count ? head : count);
+}
+
 template <int U, int G = SRC_BATCH(U)>
 __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst, char* const* src, char* const* dst, int split, int head, i64 tid, i64 stride) {
     if (split != SPLIT_ELEMENTS) {
@@ -599,9 +606,8 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
             for (int k = 1; k < nsrc; ++k) srcs &= ((u64)s_src[half][k] & 15u) == mis;
             for (int k = 0; k < ndst && srcs; ++k) all &= ((u64)s_dst[half][k] & 15u) == mis;
             const int split = split_of(mis, srcs, srcs && all, ndst);
-            i64 head = split ? ((16 - (i64)mis) & 15) / (i64)sizeof(S) : 0;
-            head = head < count ? head : count;
-            move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], split, (int)head, tid, stride);
+            move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], split, head_of(split, mis, count),
+                                   tid, stride);
         }
 #else
         int same = 1;
@@ -624,13 +630,10 @@ extern "C" __global__ void __launch_bounds__(PURLIN_MAX_THREADS, PURLIN_MIN_BLOC
         }
         if (kind != OP_NONE) {
             const i64 count = op->count;
-            bool srcs = true;
-            if (!all)  // the sources' offsets, from shared memory
-                for (int k = 1; k < nsrc; ++k) srcs &= ((u64)s_src[half][k] & 15u) == (u64)mis;
-            const int split = split_of(mis, srcs, all, ndst);
-            i64 head = split ? ((16 - mis) & 15) / (i64)sizeof(S) : 0;
-            head = head < count ? head : count;
-            move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], split, (int)head, tid, stride);
+            // A fixed program's build has no SPLIT_LOADS: whether every slice agrees decides.
+            const int split = split_of(mis, all, all, ndst);
+            move_op<PURLIN_UNROLL>(kind, count, nsrc, ndst, s_src[half], s_dst[half], split, head_of(split, mis, count),
+                                   tid, stride);
         }
 #endif
         if (op->nnotify) {

@@ -44,9 +44,7 @@ __device__ __forceinline__ void var_move(int kind, i64 count, char* const (&src)
 #pragma unroll
     for (int k = 0; k < ND; ++k) all &= ((u64)dst[k] & 15u) == mis;
     const int split = split_of(mis, srcs, srcs && all, ND);
-    i64 head = split ? ((16 - (i64)mis) & 15) / (i64)sizeof(S) : 0;
-    head = head < count ? head : count;
-    move_op<PURLIN_UNROLL>(kind, count, NS, ND, src, dst, split, (int)head, tid, stride);
+    move_op<PURLIN_UNROLL>(kind, count, NS, ND, src, dst, split, head_of(split, mis, count), tid, stride);
 }
 """
 
