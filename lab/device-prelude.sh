@@ -31,3 +31,12 @@ go() {
   timeout $t $P bench "$@" $V > $T/$label.log 2>&1; echo "== $label rc=$? t=$SECONDS"; rows "$label" $T/$label.log
   grep -E "rror|geometric" $T/$label.log | cut -c1-150
 }
+
+# check under a timeout of $2 s into $T/$1.log from the tree at ${R:-$PWD}, skipped past
+# ${STOP:-520} s of the call; prints its verdict lines (summary()).
+ck() {
+  local label=$1 t=$2; shift 2
+  [ $SECONDS -gt ${STOP:-520} ] && { echo "skip $label"; return; }
+  ( use_tree ${R:-$PWD}; timeout $t $P check "$@" --backend cupy --failed-only > $T/$label.log 2>&1
+    echo "== $label rc=$? t=$SECONDS"; summary $T/$label.log )
+}

@@ -6,12 +6,6 @@
 # A step is skipped once ${STOP:-520} s have gone, so the logs still come back.
 source lab/device-prelude.sh
 R=$PWD
-ck() {  # label, timeout, check arguments
-  local label=$1 t=$2; shift 2
-  [ $SECONDS -gt ${STOP:-520} ] && { echo "skip $label"; return; }
-  ( use_tree $R; timeout $t $P check "$@" --backend cupy --failed-only > $T/$label.log 2>&1; echo "== $label rc=$? t=$SECONDS"
-    summary $T/$label.log )
-}
 V3="all-gather-v,reduce-scatter-v,all-to-all-v --strategy all --counts all"
 if [ "${CHECK:-1}" = 1 ]; then
   ck v-interp 150 $V3 --ranks 3,8 -d float32,bfloat16,float8_e4m3fn,float64 --kernel interpreted

@@ -5,12 +5,6 @@
 # by side, then the wider checks. Steps are skipped past ${STOP:-520} s.
 source lab/device-prelude.sh
 R=$PWD
-ck() {  # label, timeout, check arguments
-  local label=$1 t=$2; shift 2
-  [ $SECONDS -gt ${STOP:-520} ] && { echo "skip $label"; return; }
-  ( use_tree $R; timeout $t $P check "$@" --backend cupy --failed-only > $T/$label.log 2>&1; echo "== $label rc=$? t=$SECONDS"
-    summary $T/$label.log )
-}
 V3="all-gather-v,reduce-scatter-v,all-to-all-v --strategy all --counts all"
 V="--backend cupy --no-inplace -n 10 -w 2 -G 3"
 bench_pair() {
