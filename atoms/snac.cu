@@ -351,11 +351,24 @@ __device__ __forceinline__ void combine_batch(A (&sum)[U][16 / sizeof(S)], const
     }
 }
 
+// SPLIT_LOADS is built into kernels of variable programs only (-DPURLIN_VARIABLE=1,
+// or PURLIN_SPLIT_LOADS=1 in a compiled one's source), and not for 8-byte elements:
+// fixed programs' slices sit at multiples of 16 bytes at the sizes that matter, and
+// its element stores tipped builds at the 128-register cap into spills (float32
+// max and min, float64 at unroll 4: sm_80-sm_100, tests/kernels/test_atoms_compile.py).
+#ifndef PURLIN_SPLIT_LOADS
+#define PURLIN_SPLIT_LOADS PURLIN_VARIABLE
+#endif
+#define HAS_SPLIT_LOADS (PURLIN_SPLIT_LOADS && sizeof(S) < 8)
+
 // A reduction with at most one vector per thread (small messages): the
 // sources' vectors are loaded SHORT_BATCH a round before any is combined, so
 // an 8-rank small all-reduce waits on memory once, not once per batch of
-// G = 8/U sources (0.2-0.9 us less at 16 B-64 KiB on the H200).
-__device__ __forceinline__ void reduce_one_vector(int nsrc, int ndst, char* const* src, char* const* dst, i64 at) {
+// G = 8/U sources (0.2-0.9 us less at 16 B-64 KiB on the H200). Under SPLIT_LOADS
+// (`vec_store` false) it stores the vector's elements one by one: skipped there, a
+// reduce-scatter-v of 64 KiB-4 MiB took 0.2-0.8 us more (D55, D56).
+__device__ __forceinline__ void reduce_one_vector(int nsrc, int ndst, char* const* src, char* const* dst, i64 at,
+                                                  bool vec_store) {
     A sum[16 / sizeof(S)];
     Vec x[SHORT_BATCH];
     for (int s0 = 0; s0 < nsrc; s0 += SHORT_BATCH) {
@@ -372,7 +385,13 @@ __device__ __forceinline__ void reduce_one_vector(int nsrc, int ndst, char* cons
     Vec out;
 #pragma unroll
     for (int e = 0; e < VEC; ++e) out.s[e] = Elem::down(sum[e]);
-    for (int d = 0; d < ndst; ++d) st_vec(dst[d] + at, out.u);
+    if (vec_store || !HAS_SPLIT_LOADS) {
+        for (int d = 0; d < ndst; ++d) st_vec(dst[d] + at, out.u);
+    } else {
+        for (int d = 0; d < ndst; ++d)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) ((S*)(dst[d] + at))[e] = out.s[e];
+    }
 }
 
 // How move_op splits an op (split_of): SPLIT_VECTORS when every slice sits at one
@@ -383,16 +402,6 @@ __device__ __forceinline__ void reduce_one_vector(int nsrc, int ndst, char* cons
 // one at a time they held reduce-scatter-v to 0.65-0.77x torch (D55); else
 // SPLIT_ELEMENTS, element by element.
 enum { SPLIT_ELEMENTS = 0, SPLIT_VECTORS = 1, SPLIT_LOADS = 2 };
-
-// SPLIT_LOADS is built into kernels of variable programs only (-DPURLIN_VARIABLE=1,
-// or PURLIN_SPLIT_LOADS=1 in a compiled one's source), and not for 8-byte elements:
-// fixed programs' slices sit at multiples of 16 bytes at the sizes that matter, and
-// its element stores tipped builds at the 128-register cap into spills (float32
-// max and min, float64 at unroll 4: sm_80-sm_100, tests/kernels/test_atoms_compile.py).
-#ifndef PURLIN_SPLIT_LOADS
-#define PURLIN_SPLIT_LOADS PURLIN_VARIABLE
-#endif
-#define HAS_SPLIT_LOADS (PURLIN_SPLIT_LOADS && sizeof(S) < 8)
 
 // The split of an op whose first source is `mis0` bytes past 16, given whether its
 // sources (`srcs_same`) and all its slices (`all_same`) share that offset.
@@ -420,8 +429,9 @@ __device__ __forceinline__ void move_op(int kind, i64 count, int nsrc, int ndst,
         // Only at U=2, the reductions' default: at U=1 the main loop already
         // loads 8 sources a round, and at U=4 it leaves no registers for this
         // path (ptxas spills).
-        if (IS_REDUCE(kind) && nvec <= stride && split == SPLIT_VECTORS) {  // it stores vectors
-            if (tid < nvec) reduce_one_vector(nsrc, ndst, src, dst, (head + tid * VEC) * (i64)sizeof(S));
+        if (IS_REDUCE(kind) && nvec <= stride) {
+            if (tid < nvec)
+                reduce_one_vector(nsrc, ndst, src, dst, (head + tid * VEC) * (i64)sizeof(S), split == SPLIT_VECTORS);
         } else
 #endif
         for (i64 v = tid; v < nvec; v += stride * U) {
