@@ -41,7 +41,7 @@ class _Base:
 def _python(expr: str) -> str:
     expr = re.sub(r"(\d+)ll\b", r"\1", expr).replace("(i64)sizeof(S)", "1").replace("(i64)", "")
     expr = expr.replace("gridDim.x", "gridDim").replace("blockIdx.x", "blockIdx")
-    return expr.replace(f"{SHARED}[", "c[")
+    return expr.replace(f"{SHARED}[", "c[").replace("(pool_t)", "")
 
 
 _CASE = re.compile(r"case \d+: \{  // rank \d+ channel \d+\n(?P<body>.*?)\n  \} break;", re.S)
@@ -94,9 +94,11 @@ def generated_view(source: str, counts: list[int]):
 
 
 POOLED = "every block takes its share of every op"
-_POOLED_OP = re.compile(
-    r"\{ const i64 n = (?P<n>.*) \* (?P<w>\d+); const i64 a = (?P<a>.*), b = (?P<b>.*);"
-    r" const i64 first = (?P<first>.*), last = (?P<last>.*);$"
+_POOLED_OP = re.compile(r"\{ const pool_t n = (?P<n>.*) \* (?P<w>\d+);$")
+# Only an op whose weighted range ends past the block's share's start works out its part.
+_POOLED_PART = re.compile(
+    r"if \(at \+ n > lo\) \{ const pool_t a = (?P<a>.*), b = (?P<b>.*);"
+    r" const pool_t first = (?P<first>.*), last = (?P<last>.*);$"
 )
 _POOLED_MOVE = re.compile(
     r"char\* const src\[\d+\] = \{(?P<src>[^}]*)\}; char\* const dst\[\d+\] = \{(?P<dst>[^}]*)\};"
@@ -112,10 +114,11 @@ def pooled_parts(source: str, counts: list[int], grid: int):
     loaded = _group_counts(body, counts)
     env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
     env |= {"min": min, "max": max}
-    env["total"] = eval(_python(re.search(r"const i64 total = (.*);", body)[1]), env)
+    env["total"] = eval(_python(re.search(r"const pool_t total = (.*);", body)[1]), env)
     # The code's own share of a block (all operands >= 0: C's division is Python's //).
-    env["per"] = eval(_python(re.search(r"const i64 per = (.*);", body)[1]).replace("/", "//"), env | {"gridDim": grid})
-    share = re.search(r"const i64 lo = (?P<lo>.*), hi = (?P<hi>.*);", body)
+    per = _python(re.search(r"const pool_t per = (.*);", body)[1]).replace("/", "//")
+    env["per"] = eval(per, env | {"gridDim": grid})
+    share = re.search(r"const pool_t lo = (?P<lo>.*), hi = (?P<hi>.*);", body)
     ops: list[list] = [[] for _ in _POOLED_MOVE.finditer(body)]
     for block in range(grid):
         at, k = 0, 0
@@ -123,11 +126,14 @@ def pooled_parts(source: str, counts: list[int], grid: int):
         hi = eval(_python(share["hi"]), env | {"lo": lo})
         for line in body.splitlines():
             if m := _POOLED_OP.search(line):
-                # The code's own expressions (all operands >= 0: C's division is Python's //).
                 env |= {"lo": lo, "hi": hi, "at": at}
                 env["n"] = eval(_python(m["n"]), env) * int(m["w"])
-                env["a"], env["b"] = eval(_python(m["a"]), env), eval(_python(m["b"]), env)
-                env["first"], last = (eval(_python(m[k]).replace("/", "//"), env) for k in ("first", "last"))
+                env["first"], last = 0, 0  # no part unless the next line works one out
+            elif m := _POOLED_PART.search(line):
+                if at + env["n"] > lo:
+                    # The code's own expressions (all operands >= 0: C's division is Python's //).
+                    env["a"], env["b"] = eval(_python(m["a"]), env), eval(_python(m["b"]), env)
+                    env["first"], last = (eval(_python(m[k]).replace("/", "//"), env) for k in ("first", "last"))
                 at += env["n"]
             elif m := _POOLED_MOVE.search(line):
                 if env["first"] < last:
