@@ -268,6 +268,17 @@ def test_a_launch_without_flags_pools_its_blocks_over_its_few_ops_and_one_with_m
     assert POOL_MAX_OPS < 64
 
 
+def test_a_pooled_walk_is_32_bit_only_where_twice_its_weighted_capacity_fits():
+    def walk(count: int) -> str:
+        inst = instantiate(load_builtin("all-gather-v"), 8, count, 4)
+        source = CupyBackend(8).source(derive_program(inst, "push", "float32"), kernel="compiled")
+        return re.search(r"typedef (\w+) pool_t;", source)[1]
+
+    # 8 ops of 9 slices: 72 * count elements weighed, the walk reaching past it by at most the grid
+    most = (2**31 - 1) // 2 // 72
+    assert (walk(1001), walk(most), walk(most + 1), walk(1 << 26)) == ("int", "int", "i64", "i64")
+
+
 def test_a_fixed_program_generates_no_count_code():
     inst = instantiate(load_builtin("all-to-all"), 8, 1001, 4)
     source = CupyBackend(8).source(derive_program(inst, "push", "float32"), kernel="compiled")

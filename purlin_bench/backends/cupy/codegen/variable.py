@@ -279,7 +279,7 @@ def pooled_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dic
     lines = [f"  __shared__ i64 {SHARED}[{len(caps)}];", *count_loads(used, caps, shared=True)]
     weights = [len(vops[k].slices) for k in moving]
     bound = sum(vops[k].window * w for k, w in zip(moving, weights))
-    # Twice the bound: a block's share may start up to a share past the total.
+    # The walk never passes the total plus the grid (a block's share ends by then): twice the bound fits that.
     lines.append(f"    typedef {'int' if 2 * bound < 2**31 else 'i64'} pool_t;  // the walk's arithmetic")
     total = " + ".join(f"{pool_count(vops[k], caps)} * {w}" for k, w in zip(moving, weights))
     lines.append(f"    const pool_t total = {total};")
