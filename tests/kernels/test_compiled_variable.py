@@ -56,9 +56,19 @@ _SHARED_LOAD = re.compile(
 _CHECK = re.compile(r"__ldg\(counts \+ (\d+)\); if \(n < 0 \|\| n > (\d+)ll\)")
 
 
+# Counts 0..N-1 under one capacity: thread k loads count k.
+_SHARED_RANGE = re.compile(
+    r"for \(int k = threadIdx\.x; k < (?P<n>\d+); k \+= blockDim\.x\) "
+    + re.escape(f"{SHARED}[k] = clamp_count(__ldg(counts + k), ")
+    + r"(?P<cap>\d+)ll\);\n +__syncthreads\(\);"
+)
+
+
 def _group_counts(group: str, counts: list[int]) -> dict[int, int]:
     """The counts a group's code loads, each clamped by the capacity its own load names."""
     loads = {int(i): int(cap) for i, cap in _LOAD.findall(group)}
+    for m in _SHARED_RANGE.finditer(group):
+        loads |= {k: int(m["cap"]) for k in range(int(m["n"]))}
     for m in _SHARED_LOAD.finditer(group):
         ids = [int(x) for x in m["ids"].split(", ")]
         caps = [int(x.removesuffix("ll")) for x in m["caps"].split(", ")]

@@ -160,6 +160,15 @@ def count_loads(vops: list[VarOp | None], caps: tuple[int, ...], shared: bool = 
     used = group_counts(vops)
     if in_registers(vops) and not shared:
         return [f"    const i64 c{i} = clamp_count(__ldg(counts + {i}), {caps[i]}ll);" for i in used]
+    if used == list(range(len(used))) and len({caps[i] for i in used}) == 1:
+        # Counts 0..N-1 under one capacity (the built-ins): thread k loads count k. The
+        # id and cap arrays below live in local memory, and every thread of the block
+        # fills them (96 bytes a thread at 8 counts) before any count is read.
+        return [
+            f"    for (int k = threadIdx.x; k < {len(used)}; k += blockDim.x)"
+            f" {SHARED}[k] = clamp_count(__ldg(counts + k), {caps[0]}ll);",
+            "    __syncthreads();  // the group's counts, in shared memory",
+        ]
     ids = ", ".join(map(str, used))
     bounds = ", ".join(f"{caps[i]}ll" for i in used)
     return [
