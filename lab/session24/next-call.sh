@@ -16,3 +16,8 @@ echo "== pytest rc=$?"; tail -2 $T/pytest-v.log
 for x in all-to-all-v all-gather-v reduce-scatter-v; do go u-$x 60 $x -b 16 -e 64M -f 4 --counts uniform; done
 mps_on
 STOP=560 ck procs8 40 $V3 --procs 8 --mps -d float32
+# Where a small variable launch's instructions go (session 24: 5-18x the fixed kernel's):
+# per-SASS-instruction counts of all-gather-v at 4 KiB, to be read against `purlin show --source`.
+[ $SECONDS -lt 540 ] && { timeout 60 ncu --clock-control none -k regex:purlin_compiled --launch-skip 3 --launch-count 1 \
+  --section SourceCounters --page source --print-source sass --csv $P bench all-gather-v -b 4K -e 4K --counts skewed \
+  --backend cupy --no-inplace -n 2 -w 1 -G 1 > $T/ncu-sass-agv-4K.csv 2>&1; echo "== ncu sass rc=$?"; }
