@@ -10,6 +10,11 @@ V3="all-gather-v,reduce-scatter-v,all-to-all-v --strategy all --counts all"
 for x in all-to-all-v all-gather-v reduce-scatter-v; do
   for t in new prev; do ( [ $t = prev ] && cd .snapprev; use_tree $PWD; go $t-$x 60 $x -b 16 -e 64M -f 4 --counts skewed ); done
 done
+# all-to-all-v's 64 ops pooled again, now that the walk (D56) and the count loader are cheap
+# (D58's 12.8 us at 16 B had both the old walk and 768-byte id/cap arrays a thread).
+rm -rf /tmp/pool64 && cp -r $R /tmp/pool64 && sed -i 's/^POOL_MAX_OPS = 8$/POOL_MAX_OPS = 64/' \
+  /tmp/pool64/purlin_bench/backends/cupy/codegen/variable.py
+( cd /tmp/pool64 && use_tree . && go pool64-all-to-all-v 60 all-to-all-v -b 16 -e 64M -f 4 --counts skewed )
 ck vcomp 120 $V3 --ranks 3,8 --kernel compiled -d float32
 timeout 90 python3 -m pytest -q -m gpu tests/gpu/test_gpu_variable.py -p no:cacheprovider > $T/pytest-v.log 2>&1
 echo "== pytest rc=$?"; tail -2 $T/pytest-v.log
