@@ -294,6 +294,8 @@ def pooled_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dic
     lines.append(f"    const pool_t total = {total};")
     lines.append("    const pool_t per = (total + (pool_t)gridDim.x - 1) / (pool_t)gridDim.x;")
     lines.append("    const pool_t lo = (pool_t)blockIdx.x * per, hi = min(lo + per, total);")
+    # A block past the call's total has no share: it would walk every op to find none.
+    lines.append("    if (lo >= hi) return;")
     lines.append("    pool_t at = 0;  // where the op's weighted range begins")
     for k, w in zip(moving, weights):
         # Elements e with lo <= at + e*w < hi: rounding both ends up tiles each op over the blocks.
