@@ -104,55 +104,95 @@ def generated_view(source: str, counts: list[int]):
 
 
 POOLED = "every block takes its share of every op"
-_POOLED_OP = re.compile(r"\{ const pool_t n = (?P<n>.*) \* (?P<w>\d+);$")
-# Only an op whose weighted range ends past the block's share's start works out its part.
-_POOLED_PART = re.compile(
-    r"if \(at \+ n > lo\) \{ const pool_t a = (?P<a>.*), b = (?P<b>.*);"
-    r" const pool_t first = (?P<first>.*), last = (?P<last>.*);$"
-)
-_POOLED_MOVE = re.compile(
-    r"char\* const src\[\d+\] = \{(?P<src>[^}]*)\}; char\* const dst\[\d+\] = \{(?P<dst>[^}]*)\};"
-    r" var_move\(OP_\w+, last - first, src, dst, threadIdx\.x, blockDim\.x\); \}"
-)
+# The pooled body's statements (variable.pooled_code), each read on its own line: a
+# line the reader does not know fails the test, so none is skipped over unread.
+_POOLED_LINES = [
+    # The count loads (read by _group_counts) and the barrier after them.
+    ("skip", re.compile(r"__shared__ i64 \w+\[\d+\];|__syncthreads\(\);.*")),
+    ("skip", re.compile(r"for \(int k = threadIdx\.x.*|\{ const int id\[.*")),
+    ("type", re.compile(r"typedef (?P<type>int|i64) pool_t;.*")),
+    ("let", re.compile(r"const pool_t (?P<name>total|per) = (?P<expr>.*);")),
+    ("share", re.compile(r"const pool_t lo = (?P<lo>.*), hi = (?P<hi>.*);")),
+    ("return", re.compile(r"if \((?P<cond>[^)]*)\) return;")),
+    ("start", re.compile(r"pool_t at = (?P<expr>\d+);.*")),
+    ("op", re.compile(r"\{ const pool_t n = (?P<n>.*);")),
+    ("part", re.compile(
+        r"if \((?P<cond>[^)]*)\) \{ const pool_t a = (?P<a>.*), b = (?P<b>.*);"
+        r" const pool_t first = (?P<first>.*), last = (?P<last>.*);")),
+    ("move", re.compile(
+        r"if \((?P<guard>[^)]*)\) \{ char\* const src\[\d+\] = \{(?P<src>[^}]*)\};"
+        r" char\* const dst\[\d+\] = \{(?P<dst>[^}]*)\};"
+        r" var_move\(OP_\w+, (?P<count>[^,]*), src, dst, threadIdx\.x, blockDim\.x\); \} \}")),
+    ("next", re.compile(r"at \+= n; if \((?P<cond>[^)]*)\) return; \}")),
+    ("skip", re.compile(r"\}")),
+]
+
+
+def _pooled_statements(body: str) -> list[tuple[str, re.Match]]:
+    out = []
+    for line in body.splitlines()[1:]:
+        found = next(((kind, m) for kind, rx in _POOLED_LINES if (m := rx.fullmatch(line.strip()))), None)
+        assert found, f"a pooled line the reader does not know: {line.strip()[:100]}"
+        out.append(found)
+    return out
+
+
+def _pool_value(value: int, bits: int) -> int:
+    """A pool_t value: it must fit the type the code chose (C's signed overflow is undefined)."""
+    assert -(2 ** (bits - 1)) <= value < 2 ** (bits - 1), f"pool_t overflow: {value}"
+    return value
 
 
 def pooled_parts(source: str, counts: list[int], grid: int):
     """A pooled kernel (variable.pooled_code) run for ``counts`` on ``grid``
-    blocks, read back: per op in source order, every block's part of it as
-    (count, sources, destinations), each slice (base, first element)."""
-    body = source.split(POOLED, 1)[1]
+    blocks, statement by statement from its own text: per op in source order,
+    every block's part of it as (count, sources, destinations), each slice
+    (base, first element). Every pool_t value must fit the type the code
+    chose; a count cast to it is wrapped as C would (no operand here is
+    negative, so C's division is Python's //)."""
+    body = source.split(POOLED, 1)[1].split('extern "C"', 1)[0]
     loaded = _group_counts(body, counts)
-    env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
-    env |= {"min": min, "max": max}
-    env["total"] = eval(_python(re.search(r"const pool_t total = (.*);", body)[1]), env)
-    # The code's own share of a block (all operands >= 0: C's division is Python's //).
-    per = _python(re.search(r"const pool_t per = (.*);", body)[1]).replace("/", "//")
-    env["per"] = eval(per, env | {"gridDim": grid})
-    share = re.search(r"const pool_t lo = (?P<lo>.*), hi = (?P<hi>.*);", body)
-    ops: list[list] = [[] for _ in _POOLED_MOVE.finditer(body)]
+    statements = _pooled_statements(body)
+    bits = 32 if any(k == "type" and m["type"] == "int" for k, m in statements) else 64
+
+    def cast(value: int) -> int:
+        value &= (1 << bits) - 1
+        return value - (1 << bits) if value >> (bits - 1) else value
+
+    def run(expr: str, env: dict) -> int:
+        expr = re.sub(r"\(pool_t\)(\w+\[\d+\]|\w+(?:\.x)?)", r"cast(\1)", expr)
+        return eval(_python(expr).replace("/", "//"), env | {"cast": cast})
+
+    ops: list[list] = [[] for k, _ in statements if k == "move"]
     for block in range(grid):
-        at, k = 0, 0
-        lo = eval(_python(share["lo"]), env | {"blockIdx": block})
-        hi = eval(_python(share["hi"]), env | {"lo": lo})
-        for line in body.splitlines():
-            if m := _POOLED_OP.search(line):
-                env |= {"lo": lo, "hi": hi, "at": at}
-                env["n"] = eval(_python(m["n"]), env) * int(m["w"])
-                env["first"], last = 0, 0  # no part unless the next line works one out
-            elif m := _POOLED_PART.search(line):
-                if at + env["n"] > lo:
-                    # The code's own expressions (all operands >= 0: C's division is Python's //).
-                    env["a"], env["b"] = eval(_python(m["a"]), env), eval(_python(m["b"]), env)
-                    env["first"], last = (eval(_python(m[k]).replace("/", "//"), env) for k in ("first", "last"))
-                at += env["n"]
-            elif m := _POOLED_MOVE.search(line):
-                if env["first"] < last:
+        env = {f"b{i}": _Base(i) for i in range(512)} | {"c": loaded, "min": min, "max": max}
+        env |= {"gridDim": grid, "blockIdx": block}
+        k, inside = 0, True
+        for kind, m in statements:
+            if kind in ("let", "start"):
+                env[m["name"] if kind == "let" else "at"] = _pool_value(run(m["expr"], env), bits)
+            elif kind == "share":
+                env["lo"] = _pool_value(run(m["lo"], env), bits)
+                env["hi"] = _pool_value(run(m["hi"], env), bits)
+            elif kind == "return" and run(m["cond"], env):
+                break
+            elif kind == "op":
+                env["n"] = _pool_value(run(m["n"], env), bits)
+            elif kind == "part":
+                inside = bool(run(m["cond"], env))
+                if inside:
+                    for name in ("a", "b", "first", "last"):
+                        env[name] = _pool_value(run(m[name], env), bits)
+            elif kind == "move":
+                if inside and run(m["guard"], env):
                     srcs = [eval(_python(e), env) for e in m["src"].split(", ")]
                     dsts = [eval(_python(e), env) for e in m["dst"].split(", ")]
-                    ops[k].append((last - env["first"], srcs, dsts))
-                k += 1
-            elif "at += n; if (at >= hi) return;" in line and at >= hi:
-                break
+                    ops[k].append((run(m["count"], env), srcs, dsts))
+                k, inside = k + 1, True
+            elif kind == "next":
+                env["at"] = _pool_value(env["at"] + env["n"], bits)
+                if run(m["cond"], env):
+                    break
     return ops
 
 
