@@ -4,7 +4,15 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT; T=/tmp/logs; mkdir -p $T
 export PYTHONUNBUFFERED=1
-trap 'tar -czf $OUT/logs.tgz -C $T .; echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
+# CuPy's kernel cache comes back as $OUT/kcache.tgz (at most 15 MiB); copied to .kcache.tgz
+# in the repository root and carried (run's carry: [".whl", ".kcache.tgz"]), the next call
+# on a fresh machine skips those builds (session 24's compiled checks spent most of their
+# 60-120 s building). CuPy keys entries by source, options, arch and toolkit: a stale one is a miss.
+export CUPY_CACHE_DIR=/tmp/kcache; mkdir -p $CUPY_CACHE_DIR
+[ -f .kcache.tgz ] && tar -xzf .kcache.tgz -C $CUPY_CACHE_DIR 2>/dev/null
+pack_cache() { tar -czf $OUT/kcache.tgz -C $CUPY_CACHE_DIR . 2>/dev/null
+  [ "$(stat -c %s $OUT/kcache.tgz 2>/dev/null || echo 0)" -lt $((15 << 20)) ] || rm -f $OUT/kcache.tgz; }
+trap 'tar -czf $OUT/logs.tgz -C $T .; pack_cache; echo quit | nvidia-cuda-mps-control 2>/dev/null' EXIT
 nvidia-smi -L; nvidia-smi --query-gpu=driver_version --format=csv,noheader
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps CUDA_MPS_LOG_DIRECTORY=/tmp/mpslog
