@@ -162,9 +162,10 @@ class BlockSplitRunner(NumpyRunner):
             for at in range(0, len(step.dsts), OP_DESTINATIONS):
                 mask = self._mask(step, block, at)
                 parts = [self.view(s)[mask] for s in step.srcs]
-                value = parts[0] if step.op == "copy" else accumulate(parts, self.program.redop or "sum")
+                redop = self.program.redop or "sum"
+                value = parts[0] if step.op == "copy" else accumulate(parts, redop).astype(self.dtype)
                 for dst in step.dsts[at : at + OP_DESTINATIONS]:
-                    self.view(dst)[mask] = value.astype(self.dtype)
+                    self.view(dst)[mask] = value
 
     def _blocked(self, heads: dict, need: int) -> str:
         parts = []
