@@ -212,6 +212,72 @@ def pooled_view(source: str, counts: list[int], grid: int):
     return view
 
 
+FLAT = "every thread takes elements of every op"
+# The flat body's statements (variable.flat_code), each on its own line; as for the
+# pooled body, a line the reader does not know fails the test.
+_FLAT_LINES = [
+    ("skip", re.compile(r"__shared__ i64 \w+\[\d+\];|__syncthreads\(\);.*|\}")),
+    ("skip", re.compile(r"for \(int k = threadIdx\.x.*|\{ const int id\[.*|const i64 c\d+ = clamp_count.*")),
+    ("type", re.compile(r"typedef (?P<type>int|i64) pool_t;.*")),
+    ("let", re.compile(r"const pool_t (?P<name>n\d+|total) = (?P<expr>.*);")),
+    ("loop", re.compile(
+        r"for \(pool_t e = \(pool_t\)\(blockIdx\.x \* blockDim\.x \+ threadIdx\.x\); e < total;"
+        r" e \+= \(pool_t\)\(gridDim\.x \* blockDim\.x\)\) \{")),
+    ("index", re.compile(r"pool_t i = e;.*")),
+    ("move", re.compile(
+        r"if \(i < (?P<n>n\d+)\) \{ char\* const src\[\d+\] = \{(?P<src>[^}]*)\};"
+        r" char\* const dst\[\d+\] = \{(?P<dst>[^}]*)\};"
+        r" move_one\(OP_\w+, 0, \d+, \d+, src, dst\); continue; \}")),
+    ("next", re.compile(r"i -= (?P<n>n\d+);")),
+]
+
+
+def flat_view(source: str, counts: list[int], threads: int):
+    """A flat kernel (variable.flat_code) run for ``counts`` by ``threads``
+    threads, statement by statement from its own text: each op as
+    (count, sources, destinations) of its first element, or None where it
+    moves nothing. Every element of an op must be moved once, by one thread,
+    at the op's first addresses plus its index; every pool_t value must fit
+    the type the code chose."""
+    body = source.split(FLAT, 1)[1].split('extern "C"', 1)[0]
+    statements = []
+    for line in body.splitlines()[1:]:
+        found = next(((kind, m) for kind, rx in _FLAT_LINES if (m := rx.fullmatch(line.strip()))), None)
+        assert found, f"a flat line the reader does not know: {line.strip()[:100]}"
+        statements.append(found)
+    loaded = _group_counts(body, counts)
+    env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
+    bits = 32 if any(k == "type" and m["type"] == "int" for k, m in statements) else 64
+    for kind, m in statements:
+        if kind == "let":
+            env[m["name"]] = _pool_value(eval(_python(m["expr"]), env), bits)
+    body_ops = [(m["n"], m) for kind, m in statements if kind == "move"]
+    assert [m["n"] for kind, m in statements if kind == "next"] == [n for n, _ in body_ops]
+    moved: list[dict] = [{} for _ in body_ops]
+    for thread in range(threads):
+        for e in range(thread, env["total"], threads):
+            _pool_value(e + threads, bits)
+            i = e
+            for k, (n, m) in enumerate(body_ops):
+                if i < env[n]:
+                    at = env | {"i": i}
+                    assert i not in moved[k], (k, i)
+                    moved[k][i] = [eval(_python(x), at) for x in m["src"].split(", ") + m["dst"].split(", ")]
+                    break
+                i -= env[n]
+    view = []
+    for k, (n, m) in enumerate(body_ops):
+        assert sorted(moved[k]) == list(range(env[n])), (k, env[n])
+        if not moved[k]:
+            view.append(None)
+            continue
+        first = [(b, at - 0) for b, at in moved[k][0]]
+        assert all(moved[k][i] == [(b, at + i) for b, at in first] for i in moved[k]), k
+        nsrc = m["src"].count(", ") + 1
+        view.append((env[n], first[:nsrc], first[nsrc:]))
+    return view
+
+
 def all_overlaps(moves):
     """Pairs of moves anywhere in a launch touching a common element, one writing it."""
     spans = [[(b, at, at + n, w) for (b, at), w in zip(s + d, [False] * len(s) + [True] * len(d))] for n, s, d in moves]
@@ -268,18 +334,20 @@ def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, s
         if build_weight(low) > MAX_BUILD_WEIGHT:
             continue  # refused before any code is made (test_compiled_source)
         source = CupyBackend(ranks).source(program, kernel="compiled")
-        assert source.count("var_move(") - 1 == int((low.ops["op"] != OP_NONE).sum())  # the prologue defines it
+        moves = source.count("var_move(") - 1 + source.count("move_one(OP_")  # the prologue defines var_move
+        assert moves == int((low.ops["op"] != OP_NONE).sum())
         assert "const i64* __restrict__ counts) {" in source
         wild = [10**9, -5, *[inst.count] * len(inst.count_keys)][: len(inst.count_keys)]
         every = [(0,) * len(inst.count_keys), (inst.count,) * len(inst.count_keys), wild]
         for counts in every + [draw_counts(inst, d, rng) for d in DISTRIBUTIONS]:
             clamped = [max(0, min(int(n), inst.count)) for n in counts]
             expected = expected_view(program, clamped)
-            if POOLED in source:
+            if POOLED in source or FLAT in source:
                 # Every op may run beside every other: none may touch what another writes.
                 assert not all_overlaps(expected), (name, strategy, ranks, params, counts)
                 for grid in (1, 3, 40):
-                    got = pooled_view(source, list(counts), grid)
+                    got = pooled_view(source, list(counts), grid) if POOLED in source else \
+                        flat_view(source, list(counts), grid)
                     assert [g for g in got if g] == [e for e in expected if e[0]], (name, strategy, grid, counts)
                 continue
             got = generated_view(source, list(counts))

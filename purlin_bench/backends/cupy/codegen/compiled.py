@@ -395,8 +395,12 @@ def generate(
     if sized is not None:
         out.extend(variable.check_code(sized[1]))
     if sized is not None and not flagged and not jitter and variable.pools(groups, ops, sized[0], where):
-        out.append("  // every block takes its share of every op (variable.pooled_code)")
-        out.extend(variable.pooled_code(ops, sized[0], sized[1], _KIND))
+        if variable.flat(sized[0], layout.itemsize):
+            out.append("  // every thread takes elements of every op, one at a time (variable.flat_code)")
+            out.extend(variable.flat_code(ops, sized[0], sized[1], _KIND))
+        else:
+            out.append("  // every block takes its share of every op (variable.pooled_code)")
+            out.extend(variable.pooled_code(ops, sized[0], sized[1], _KIND))
         out.append("}")
         return _kernel_head(lowered, ranks, blocks, snac_source, sized) + "\n".join(out) + "\n"
     if sized is not None:

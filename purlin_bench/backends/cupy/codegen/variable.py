@@ -198,18 +198,20 @@ def count_code(vop: VarOp, registers: bool) -> str:
     return f"min(max({left}, (i64)0), (i64){vop.window})"
 
 
+def _address(s: VarSlice, registers: bool, first: str | None = None) -> str:
+    """A slice's address in this call: past the counts before it and ``first`` elements."""
+    shift = "".join(f" + {_count(i, registers)}" for i in s.ids) + (f" + {first}" if first else "")
+    return f"b{s.base} + ({s.offset}ll{shift}) * (i64)sizeof(S)"
+
+
 def move_code(vop: VarOp, nsrc: int, kind: str, registers: bool, part: tuple[str, str] | None = None) -> str:
     """One op's data movement: its count and slice addresses from the counts
     count_loads left (in registers when ``registers``, else in shared memory),
     split over the group's threads; ``part`` (first element, count): only
     those of its elements, split over the block's threads (pooled_code)."""
 
-    def address(s: VarSlice) -> str:
-        shift = "".join(f" + {_count(i, registers)}" for i in s.ids) + (f" + {part[0]}" if part else "")
-        return f"b{s.base} + ({s.offset}ll{shift}) * (i64)sizeof(S)"
-
-    srcs = ", ".join(address(s) for s in vop.slices[:nsrc])
-    dsts = ", ".join(address(s) for s in vop.slices[nsrc:])
+    srcs = ", ".join(_address(s, registers, part and part[0]) for s in vop.slices[:nsrc])
+    dsts = ", ".join(_address(s, registers, part and part[0]) for s in vop.slices[nsrc:])
     ndst = len(vop.slices) - nsrc
     count, lanes = (part[1], "threadIdx.x, blockDim.x") if part else (count_code(vop, registers), "tid, stride")
     # A block's part of an op is often empty: it skips the op's addresses too.
@@ -252,13 +254,13 @@ def pools(groups: list, ops, vops: list[VarOp | None], where) -> bool:
     return True
 
 
-def pool_count(vop: VarOp, caps: tuple[int, ...]) -> str:
-    """An op's count in a pooled launch, as ``pool_t``: its count in shared
-    memory (clamped to its capacity when loaded), clipped only where its
-    window starts past 0 or ends before that capacity."""
+def pool_count(vop: VarOp, caps: tuple[int, ...], registers: bool = False) -> str:
+    """An op's count in a pooled launch, as ``pool_t``: its count as loaded
+    (clamped to its capacity then), clipped only where its window starts
+    past 0 or ends before that capacity."""
     if vop.clip is None:
         return f"(pool_t){vop.window}"
-    count = f"(pool_t){SHARED}[{vop.clip}]"
+    count = f"(pool_t){_count(vop.clip, registers)}"
     if vop.at == 0 and vop.window >= caps[vop.clip]:
         return count
     left = f"{count} - {vop.at}" if vop.at else count
@@ -311,6 +313,56 @@ def pooled_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dic
                                         ("first", "last - first")) + " }")
         # Past its share a block is done: with 64 ops (all-to-all-v, 8 ranks) most blocks look at a few.
         lines.append("      at += n; if (at >= hi) return; }")
+    return lines
+
+
+# A pooled launch whose ops hold at most this many bytes at capacity (each op's
+# window, counted once) runs flat (flat_code), not as blocks' shares (pooled_code).
+FLAT_MAX_BYTES = 1 << 40
+
+
+def flat(vops: list[VarOp | None], itemsize: int) -> bool:
+    """Whether a pooled launch is small enough to run flat (FLAT_MAX_BYTES)."""
+    return sum(v.window for v in vops if v is not None) * itemsize <= FLAT_MAX_BYTES
+
+
+def flat_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[int, str]) -> list[str]:
+    """Every op of a pooled launch as one run of elements, element e of it
+    taken by thread e of the grid (then e + the grid's threads): it finds
+    its op by the counts before it and moves that one element (snac.cu
+    move_one). A small launch's time is its prologue and round trips, not
+    its bandwidth: here a thread loads the counts into registers (no
+    barrier), works out one element's addresses and issues one element's
+    loads, where pooled_code's blocks walk the ops into var_move's split
+    and vector loop for a few elements each."""
+    moving = [k for k, v in enumerate(vops) if v is not None]
+    if not moving:
+        return []
+    used = [vops[k] for k in moving]
+    registers = in_registers(used)
+    lines = [*([] if registers else [f"  __shared__ i64 {SHARED}[{len(caps)}];"]), *count_loads(used, caps)]
+    bound = sum(v.window for v in used) + max(caps, default=0)
+    # The loop's largest value is the total plus the grid's threads, which stay below 2**24.
+    lines.append(f"    typedef {'int' if bound + (1 << 24) < 2**31 else 'i64'} pool_t;  // the elements' arithmetic")
+    for j, k in enumerate(moving):
+        lines.append(f"    const pool_t n{j} = {pool_count(vops[k], caps, registers)};")
+    lines.append(f"    const pool_t total = {' + '.join(f'n{j}' for j in range(len(moving)))};")
+    lines.append(
+        "    for (pool_t e = (pool_t)(blockIdx.x * blockDim.x + threadIdx.x); e < total;"
+        " e += (pool_t)(gridDim.x * blockDim.x)) {"
+    )
+    lines.append("      pool_t i = e;  // the element's index in its op")
+    for j, k in enumerate(moving):
+        nsrc = int(ops[k]["nsrc"])
+        srcs = ", ".join(_address(s, registers, "i") for s in vops[k].slices[:nsrc])
+        dsts = ", ".join(_address(s, registers, "i") for s in vops[k].slices[nsrc:])
+        ndst = len(vops[k].slices) - nsrc
+        lines.append(
+            f"      if (i < n{j}) {{ char* const src[{nsrc}] = {{{srcs}}}; char* const dst[{ndst}] = {{{dsts}}};"
+            f" move_one({kinds[int(ops[k]['op'])]}, 0, {nsrc}, {ndst}, src, dst); continue; }}"
+        )
+        lines.append(f"      i -= n{j};")
+    lines.append("    }")
     return lines
 
 
