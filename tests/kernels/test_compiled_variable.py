@@ -13,7 +13,8 @@ import pytest
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight, options_of
 from purlin_bench.backends.cupy.codegen.lower import OP_NONE, flag_id, lower
-from purlin_bench.backends.cupy.codegen.variable import POOL_MAX_OPS, SHARED
+from purlin_bench.backends.cupy.codegen import variable
+from purlin_bench.backends.cupy.codegen.variable import FLAT_MAX_BYTES, POOL_MAX_OPS, SHARED
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.spec.variable import DISTRIBUTIONS, draw_counts
 from purlin_bench.strategies import STRATEGIES
@@ -322,10 +323,13 @@ def reported(source: str, counts: list[int]) -> tuple[int, int] | None:
     return bad
 
 
+@pytest.mark.parametrize("flat_max", (variable.FLAT_MAX_BYTES, 0), ids=("flat", "pooled"))
 @pytest.mark.parametrize("name", VARIABLE)
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 @pytest.mark.parametrize("ranks", (1, 3, 5, 8))
-def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, strategy, ranks):
+def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, strategy, ranks, flat_max, monkeypatch):
+    # These small launches run flat; with no flat bound they show the pooled walk's code instead.
+    monkeypatch.setattr(variable, "FLAT_MAX_BYTES", flat_max)
     inst = instantiate(load_builtin(name), ranks, 29, 4)
     rng = np.random.default_rng(ranks)
     for params in ({}, {"slice_bytes": 32, "channels": 2}):
@@ -374,10 +378,11 @@ def test_a_group_reading_many_counts_keeps_them_in_shared_memory_and_a_small_one
 
 
 def test_a_launch_without_flags_pools_its_blocks_over_its_few_ops_and_one_with_many_does_not():
-    inst = instantiate(load_builtin("all-gather-v"), 8, 1001, 4)
+    # 8 ops of 2**17 elements at capacity, 4 MiB of windows: past the flat bound
+    inst = instantiate(load_builtin("all-gather-v"), 8, 1 << 17, 4)
     push = CupyBackend(8).source(derive_program(inst, "push", "float32"), kernel="compiled")
     body = push.split(POOLED, 1)[1]
-    assert "switch (blockIdx.x" not in body and body.count("var_move(") == 8
+    assert "switch (blockIdx.x" not in body and body.count("var_move(") == 8 and FLAT not in push
     assert f"__shared__ i64 {SHARED}[8];" in body  # the counts of every op, read once a block
     # all-to-all-v's 64 ops ran 0.14-0.46x torch pooled against 0.41-0.97x grouped (D53)
     inst = instantiate(load_builtin("all-to-all-v"), 8, 1001, 4)
@@ -386,7 +391,23 @@ def test_a_launch_without_flags_pools_its_blocks_over_its_few_ops_and_one_with_m
     assert POOL_MAX_OPS < 64
 
 
-def test_a_pooled_walk_is_32_bit_only_where_twice_its_weighted_capacity_fits():
+def test_a_small_launch_runs_flat_with_its_counts_in_registers_up_to_the_flat_bound():
+    def source(count: int) -> str:
+        inst = instantiate(load_builtin("all-gather-v"), 8, count, 4)
+        return CupyBackend(8).source(derive_program(inst, "push", "float32"), kernel="compiled")
+
+    most = FLAT_MAX_BYTES // (8 * 4)  # 8 ops, each a window of the capacity, 4 bytes an element
+    small, edge, past = source(1001), source(most), source(most + 1)
+    assert FLAT in small and FLAT in edge and POOLED in past and FLAT not in past
+    body = small.split(FLAT, 1)[1]
+    # No barrier and no shared memory: each thread loads the 8 counts itself, then moves single elements.
+    assert "__syncthreads" not in body and SHARED not in body and len(_LOAD.findall(body)) == 8
+    assert "var_move(" not in body and body.count("move_one(OP_COPY, 0, 1, 8, src, dst); continue; }") == 8
+
+
+def test_a_pooled_walk_is_32_bit_only_where_twice_its_weighted_capacity_fits(monkeypatch):
+    monkeypatch.setattr(variable, "FLAT_MAX_BYTES", 0)  # 1001 would run flat
+
     def walk(count: int) -> str:
         inst = instantiate(load_builtin("all-gather-v"), 8, count, 4)
         source = CupyBackend(8).source(derive_program(inst, "push", "float32"), kernel="compiled")
@@ -407,18 +428,22 @@ def test_a_fixed_program_generates_no_count_code():
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("arch", ["sm_90", "sm_100"])
 def test_variable_sources_build_without_spills(arch, tmp_path):
+    # count 4097 runs all-gather-v and reduce-scatter-v flat, 1 << 17 pooled
     builds = [
-        ("all-to-all-v", "two-shot", "float32", {}),
-        ("all-to-all-v", "push", "bfloat16", {"channels": 1}),
-        ("all-gather-v", "push", "float32", {}),
-        ("reduce-scatter-v", "direct", "float32", {}),
+        ("all-to-all-v", "two-shot", "float32", {}, 4097),
+        ("all-to-all-v", "push", "bfloat16", {"channels": 1}, 4097),
+        ("all-gather-v", "push", "float32", {}, 4097),
+        ("all-gather-v", "push", "float32", {}, 1 << 17),
+        ("reduce-scatter-v", "direct", "float32", {}, 4097),
+        ("reduce-scatter-v", "direct", "float32", {}, 1 << 17),
     ]
     if arch != "sm_100":
         # On sm_100 these reduces spill (float64 two-shot: 92 bytes; the
         # half-type reduce does in the interpreter too, D44): a B200 pays it.
-        builds += [("reduce-scatter-v", "direct", "bfloat16", {}), ("reduce-scatter-v", "two-shot", "float64", {})]
-    for name, strategy, dtype, params in builds:
-        inst = instantiate(load_builtin(name), 8, 4097, 2 if dtype == "bfloat16" else 4 if dtype == "float32" else 8)
+        builds += [("reduce-scatter-v", "direct", "bfloat16", {}, 1 << 17),
+                   ("reduce-scatter-v", "two-shot", "float64", {}, 4097)]
+    for name, strategy, dtype, params, count in builds:
+        inst = instantiate(load_builtin(name), 8, count, 2 if dtype == "bfloat16" else 4 if dtype == "float32" else 8)
         program = derive_program(inst, strategy, dtype, "sum" if inst.op == "reduce" else None, params)
         source = CupyBackend(8).source(program, kernel="compiled")
         path = tmp_path / "v.cu"

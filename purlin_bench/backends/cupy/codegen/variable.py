@@ -318,7 +318,10 @@ def pooled_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dic
 
 # A pooled launch whose ops hold at most this many bytes at capacity (each op's
 # window, counted once) runs flat (flat_code), not as blocks' shares (pooled_code).
-FLAT_MAX_BYTES = 1 << 40
+# D59 (H100, 8 virtual ranks, skewed, flat vs pooled in one call): flat won every row from
+# 256 B to 256 KiB S (1.0 MB of windows); pooled won all-gather-v's at 1 and 4 MiB S (2.6
+# and 17 MB) and reduce-scatter-v's at 4 MiB.
+FLAT_MAX_BYTES = 2 << 20
 
 
 def flat(vops: list[VarOp | None], itemsize: int) -> bool:
@@ -342,7 +345,8 @@ def flat_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[
     registers = in_registers(used)
     lines = [*([] if registers else [f"  __shared__ i64 {SHARED}[{len(caps)}];"]), *count_loads(used, caps)]
     bound = sum(v.window for v in used) + max(caps, default=0)
-    # The loop's largest value is the total plus the grid's threads, which stay below 2**24.
+    # The loop's largest value is the total plus the grid's threads: a group's blocks are at
+    # most 32 of 512 threads (runtime/sizing.py), so 2**24 covers a thousand groups.
     lines.append(f"    typedef {'int' if bound + (1 << 24) < 2**31 else 'i64'} pool_t;  // the elements' arithmetic")
     for j, k in enumerate(moving):
         lines.append(f"    const pool_t n{j} = {pool_count(vops[k], caps, registers)};")
