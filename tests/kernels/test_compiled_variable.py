@@ -308,13 +308,13 @@ def unordered_overlaps(source: str, counts: list[int]):
 
 
 def caps_in(body: str, n: int) -> list[int]:
-    """Each count's capacity as the code's check of block 0 holds it."""
+    """Each count's capacity as the code's check of the counts holds it."""
     found = dict(_CHECK.findall(body))
     return [int(found[str(i)]) for i in range(n)]
 
 
 def reported(source: str, counts: list[int]) -> tuple[int, int] | None:
-    """(count id, value) block 0's check reports for ``counts``, running its lines in order."""
+    """(count id, value) the code's check reports for ``counts``, running its lines in order."""
     bad = None
     for i, cap in _CHECK.findall(source.split('extern "C" __global__', 1)[1]):
         n = counts[int(i)]
@@ -403,6 +403,8 @@ def test_a_small_launch_runs_flat_with_its_counts_in_registers_up_to_the_flat_bo
     # No barrier and no shared memory: each thread loads the 8 counts itself, then moves single elements.
     assert "__syncthreads" not in body and SHARED not in body and len(_LOAD.findall(body)) == 8
     assert "var_move(" not in body and body.count("move_one(OP_COPY, 0, 1, 8, src, dst); continue; }") == 8
+    # The counts' check runs on the grid's last thread, which has no element to move here, not on element 0's.
+    assert "if (blockIdx.x == gridDim.x - 1 && threadIdx.x == blockDim.x - 1) {" in small
 
 
 def test_a_pooled_walk_is_32_bit_only_where_twice_its_weighted_capacity_fits(monkeypatch):

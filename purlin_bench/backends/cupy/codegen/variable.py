@@ -15,7 +15,7 @@ of them writes unless their ranges are disjoint for every call's counts
 
 One build serves every call whatever its counts, as the interpreter's does,
 and a count outside its capacity is reported the interpreter's way
-(snac.cu's report_bad_count) by thread 0 of block 0.
+(snac.cu's report_bad_count) by the grid's last thread.
 """
 
 from __future__ import annotations
@@ -371,8 +371,14 @@ def flat_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[
 
 
 def check_code(caps: tuple[int, ...]) -> list[str]:
-    """Thread 0 of block 0 reports the first count outside its capacity, its loads issued together."""
-    lines = ["  if (blockIdx.x == 0 && threadIdx.x == 0) {", "    int bad = -1; i64 seen = 0;"]
+    """The grid's last thread reports the first count outside its capacity, its loads issued
+    together. Not thread 0 of block 0, which moves a flat launch's element 0: its check's
+    loads (a round trip of their own, not shared with the count loads) delayed that element;
+    the last thread of a small launch has no element to move."""
+    lines = [
+        "  if (blockIdx.x == gridDim.x - 1 && threadIdx.x == blockDim.x - 1) {",
+        "    int bad = -1; i64 seen = 0;",
+    ]
     # Last to first, so the first bad count is the one left in `bad`.
     for i in reversed(range(len(caps))):
         lines.append(
