@@ -226,9 +226,9 @@ _FLAT_LINES = [
         r" e \+= \(pool_t\)\(gridDim\.x \* blockDim\.x\)\) \{")),
     ("index", re.compile(r"pool_t i = e;.*")),
     ("move", re.compile(
-        r"if \(i < (?P<n>n\d+)\) \{ char\* const src\[\d+\] = \{(?P<src>[^}]*)\};"
-        r" char\* const dst\[\d+\] = \{(?P<dst>[^}]*)\};"
-        r" move_one\(OP_\w+, 0, \d+, \d+, src, dst\); continue; \}")),
+        r"if \(i < (?P<n>n\d+)\) \{ char\* const src\[(?P<ns>\d+)\] = \{(?P<src>[^}]*)\};"
+        r" char\* const dst\[(?P<nd>\d+)\] = \{(?P<dst>[^}]*)\};"
+        r" move_one\(OP_\w+, 0, (?P=ns), (?P=nd), src, dst\); continue; \}")),
     ("next", re.compile(r"i -= (?P<n>n\d+);")),
 ]
 
@@ -272,9 +272,10 @@ def flat_view(source: str, counts: list[int], threads: int):
         if not moved[k]:
             view.append(None)
             continue
-        first = [(b, at - 0) for b, at in moved[k][0]]
+        first = moved[k][0]
         assert all(moved[k][i] == [(b, at + i) for b, at in first] for i in moved[k]), k
-        nsrc = m["src"].count(", ") + 1
+        nsrc = int(m["ns"])  # move_one's source and destination counts are its arrays' sizes (the regex)
+        assert (nsrc, int(m["nd"])) == (m["src"].count(", ") + 1, m["dst"].count(", ") + 1), k
         view.append((env[n], first[:nsrc], first[nsrc:]))
     return view
 
