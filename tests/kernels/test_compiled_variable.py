@@ -129,11 +129,13 @@ _POOLED_LINES = [
 ]
 
 
-def _pooled_statements(body: str) -> list[tuple[str, re.Match]]:
+def _statements(body: str, table: list, what: str) -> list[tuple[str, re.Match]]:
+    """``body``'s lines after its first, each as (kind, match) of the first pattern of
+    ``table`` it matches whole; a line none matches fails (``what`` names the body)."""
     out = []
     for line in body.splitlines()[1:]:
-        found = next(((kind, m) for kind, rx in _POOLED_LINES if (m := rx.fullmatch(line.strip()))), None)
-        assert found, f"a pooled line the reader does not know: {line.strip()[:100]}"
+        found = next(((kind, m) for kind, rx in table if (m := rx.fullmatch(line.strip()))), None)
+        assert found, f"a {what} line the reader does not know: {line.strip()[:100]}"
         out.append(found)
     return out
 
@@ -153,7 +155,7 @@ def pooled_parts(source: str, counts: list[int], grid: int):
     negative, so C's division is Python's //)."""
     body = source.split(POOLED, 1)[1].split('extern "C"', 1)[0]
     loaded = _group_counts(body, counts)
-    statements = _pooled_statements(body)
+    statements = _statements(body, _POOLED_LINES, "pooled")
     bits = 32 if any(k == "type" and m["type"] == "int" for k, m in statements) else 64
 
     def cast(value: int) -> int:
@@ -241,11 +243,7 @@ def flat_view(source: str, counts: list[int], threads: int):
     at the op's first addresses plus its index; every pool_t value must fit
     the type the code chose."""
     body = source.split(FLAT, 1)[1].split('extern "C"', 1)[0]
-    statements = []
-    for line in body.splitlines()[1:]:
-        found = next(((kind, m) for kind, rx in _FLAT_LINES if (m := rx.fullmatch(line.strip()))), None)
-        assert found, f"a flat line the reader does not know: {line.strip()[:100]}"
-        statements.append(found)
+    statements = _statements(body, _FLAT_LINES, "flat")
     loaded = _group_counts(body, counts)
     env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
     bits = 32 if any(k == "type" and m["type"] == "int" for k, m in statements) else 64
