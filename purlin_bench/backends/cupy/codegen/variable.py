@@ -254,6 +254,13 @@ def pools(groups: list, ops, vops: list[VarOp | None], where) -> bool:
     return True
 
 
+def pool_typedef(largest: int, what: str) -> str:
+    """``pool_t``, the type of a pooled or flat launch's arithmetic: 32-bit (fewer
+    registers and instructions) where ``largest``, the largest value the caller's
+    arithmetic reaches, fits; each caller says why its bound holds."""
+    return f"    typedef {'int' if largest < 2**31 else 'i64'} pool_t;  // {what}"
+
+
 def pool_count(vop: VarOp, caps: tuple[int, ...], registers: bool = False) -> str:
     """An op's count in a pooled launch, as ``pool_t``: its count as loaded
     (clamped to its capacity then), clipped only where its window starts
@@ -294,7 +301,7 @@ def pooled_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dic
     bound = max([bound, *(caps[vops[k].clip] for k in moving if vops[k].clip is not None)])
     # The walk's largest value is the total plus the grid, less one (a block's share ends
     # by then); grids are thousands of blocks, so twice the bound leaves room for it.
-    lines.append(f"    typedef {'int' if 2 * bound < 2**31 else 'i64'} pool_t;  // the walk's arithmetic")
+    lines.append(pool_typedef(2 * bound, "the walk's arithmetic"))
     total = " + ".join(f"{pool_count(vops[k], caps)} * {w}" for k, w in zip(moving, weights))
     lines.append(f"    const pool_t total = {total};")
     lines.append("    const pool_t per = (total + (pool_t)gridDim.x - 1) / (pool_t)gridDim.x;")
@@ -347,7 +354,7 @@ def flat_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[
     bound = sum(v.window for v in used) + max(caps, default=0)
     # The loop's largest value is the total plus the grid's threads: a group's blocks are at
     # most 32 of 512 threads (runtime/sizing.py), so 2**24 covers a thousand groups.
-    lines.append(f"    typedef {'int' if bound + (1 << 24) < 2**31 else 'i64'} pool_t;  // the elements' arithmetic")
+    lines.append(pool_typedef(bound + (1 << 24), "the elements' arithmetic"))
     for j, k in enumerate(moving):
         lines.append(f"    const pool_t n{j} = {pool_count(vops[k], caps, registers)};")
     lines.append(f"    const pool_t total = {' + '.join(f'n{j}' for j in range(len(moving)))};")
