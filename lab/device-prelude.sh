@@ -48,3 +48,11 @@ ck() {
   ( use_tree ${R:-$PWD}; timeout $t $P check "$@" --backend cupy --failed-only > $T/$label.log 2>&1
     echo "== $label rc=$? t=$SECONDS"; summary $T/$label.log )
 }
+
+# The same bench from several trees in turn: each NAME=PATH of the list $3 runs go $1-NAME
+# under timeout $2 with the rest of the arguments, from the tree at PATH (a snapshot: git
+# archive of a commit, carried untracked), so each tree's rows sit beside the others'.
+trees() {
+  local label=$1 t=$2 list=$3 nt; shift 3
+  for nt in $list; do ( use_tree ${nt#*=}; go $label-${nt%%=*} $t "$@" ); done
+}
