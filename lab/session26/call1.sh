@@ -22,3 +22,11 @@ R=$R/.snapearly STOP=440 ck vearly 70 all-gather-v,reduce-scatter-v --strategy a
   --kernel compiled -d float32,bfloat16
 mps_on
 R=$R/.snapearly STOP=520 ck procs8 60 $V3 --procs 8 --mps -d float32
+echo quit | nvidia-cuda-mps-control 2>/dev/null
+# 3. the flat bound with early loads (D59's 2 MiB was measured without them): the branch
+#    against itself with no bound, 1-16 MiB skewed, if the call has time left.
+cp -r $R/.snapearly /tmp/early-all && sed -i 's/^FLAT_MAX_BYTES = .*/FLAT_MAX_BYTES = 1 << 40/' \
+  /tmp/early-all/purlin_bench/backends/cupy/codegen/flat.py
+for x in all-gather-v reduce-scatter-v; do
+  [ $SECONDS -lt 500 ] && trees bound-$x 40 "early=$R/.snapearly all=/tmp/early-all" $x -b 1M -e 16M -f 4 --counts skewed
+done
