@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The next device session's first call (session 26 had none: no machine was lent). Run from
 # main's tree; carry [".whl", ".kcache.tgz"]; untracked snapshots in the repository root:
-#   .snapearly = `git archive flat-early` (early flat loads: all-gather-v's count-free
-#                sources, reduce-scatter-v's run; snac.cu's move_one split into value_one),
+#   .snapearly = `git archive flat-early` (a flat thread loads its first element before the
+#                counts: all-gather-v's count-free sources, reduce-scatter-v's run; snac.cu's
+#                move_one split into value_one; sm_90 SASS shows the two round trips overlap),
 #   .snapprev  = `git archive c7701d0` (main before d82cc5a: the counts' check on thread 0).
 # 1. main against the branch, 16 B-1 MiB (the flat range) both distributions, and against
 #    c7701d0 (all-gather-v skewed); 2. the branch's exactness: the -v GPU tests, compiled -v
