@@ -14,6 +14,7 @@ V="--backend cupy --no-inplace -n 10 -w 2 -G 3"
 V3="all-gather-v,reduce-scatter-v,all-to-all-v --strategy all --counts all"
 M="main=$R early=$R/.snapearly"
 trees agv-skewed 45 "$M prev=$R/.snapprev" all-gather-v -b 16 -e 1M -f 4 --counts skewed
+go fixed-ag 40 all-gather -b 16 -e 1M -f 4  # the floor early all-gather-v aims at: no counts at all
 trees rsv-skewed 45 "$M" reduce-scatter-v -b 16 -e 1M -f 4 --counts skewed
 trees agv-uniform 45 "$M" all-gather-v -b 16 -e 1M -f 4 --counts uniform
 trees rsv-uniform 45 "$M" reduce-scatter-v -b 16 -e 1M -f 4 --counts uniform
