@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from purlin_bench.base.textfile import write_output
-from purlin_bench.cli.outputs import check_output
+from purlin_bench.cli.outputs import check_not_inputs, check_output
 from purlin_bench.tools.export import formats, render, require_format
 from purlin_bench.plans import load_plan_file
 
@@ -28,6 +28,7 @@ def export(
     """Export a tuned plan: json (docs/plan.schema.json), csv, or a C/C++ header."""
     require_format(fmt)
     check_output(output, "--output")
+    check_not_inputs([("--output", output)], [("PLAN", plan), ("--spec", spec)])
     collective = None
     if spec is not None:
         from purlin_bench.spec.loader import load_spec_file

@@ -101,6 +101,20 @@ def check_distinct(*outputs: tuple[str, str | Path | None]) -> None:
         seen[key] = option
 
 
+def check_not_inputs(outputs, inputs) -> None:
+    """No output option (``(option, path)`` pairs) names a file the command
+    reads (``inputs``, the same pairs): written over, a user's spec or tuned
+    plan would be lost to the results, however the path was spelled (a
+    relative path, a symbolic or hard link: os.path.samefile)."""
+    read = [(option, path) for option, path in inputs if path is not None and os.path.exists(path)]
+    for option, path in outputs:
+        if path is None or is_stream(path) or not os.path.exists(path):
+            continue  # a new file is no input; a stream is written into, not replaced
+        for source, where in read:
+            if os.path.samefile(path, where):
+                raise PurlinError(f"{option} {path}: is the {source} this command reads; write the results elsewhere")
+
+
 def _check_name(path: Path, option: str) -> None:
     """Every component within the file system's name limit: a longer one
     fails every call on the path (ENAMETOOLONG), so it is said here, once."""
@@ -136,4 +150,4 @@ def _probe(folder: Path, what: str) -> None:
         pass  # removed by someone else already: nothing is left behind
 
 
-__all__ = ["check_distinct", "check_output", "check_output_dir", "check_plot", "plot_formats"]
+__all__ = ["check_distinct", "check_not_inputs", "check_output", "check_output_dir", "check_plot", "plot_formats"]

@@ -145,6 +145,36 @@ def test_two_outputs_naming_one_file_are_refused(capsys, tmp_path, a, b):
     assert not same.exists()
 
 
+@pytest.mark.parametrize("spelling", ["same", "relative", "symlink", "hardlink"])
+@pytest.mark.parametrize("case", ["bench --spec, --json", "bench --spec, --csv", "bench --plan, --json",
+                                  "export PLAN, --output", "export --spec, --output"])
+def test_an_output_naming_an_input_is_refused_and_the_input_kept(capsys, tmp_path, monkeypatch, plan_file, case,
+                                                                 spelling):
+    spec = tmp_path / "mine.yaml"
+    spec.write_text((Path(__file__).resolve().parents[2] / "collectives" / "all-to-all.yaml").read_text())
+    plan = tmp_path / "plan.json"
+    plan.write_text(plan_file.read_text())
+    target = plan if "PLAN" in case or "--plan" in case else spec
+    args = {
+        "bench --spec, --json": ("bench", "--spec", spec, "--backend", "numpy", "-e", "64", "--json"),
+        "bench --spec, --csv": ("bench", "--spec", spec, "--backend", "numpy", "-e", "64", "--csv"),
+        "bench --plan, --json": (*BENCH, "--plan", plan, "--json"),
+        "export PLAN, --output": ("export", plan, "--format", "csv", "--output"),
+        "export --spec, --output": ("export", plan, "--format", "csv", "--spec", spec, "--output"),
+    }[case]
+    before = target.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    out = {"same": target, "relative": Path(".") / "sub" / ".." / target.name, "symlink": tmp_path / "link",
+           "hardlink": tmp_path / "hard"}[spelling]
+    (tmp_path / "sub").mkdir()
+    if spelling == "symlink":
+        out.symlink_to(target)
+    if spelling == "hardlink":
+        os.link(target, out)
+    line = refused(capsys, "this command reads; write the results elsewhere", *args, out)
+    assert args[-1] in line and target.read_bytes() == before
+
+
 def test_tune_out_that_is_a_file_is_refused(capsys, tmp_path):
     (tmp_path / "f").write_text("x")
     refused(capsys, "is a file, not a folder", "tune", "all-reduce", "--backend", "numpy", "--out", tmp_path / "f")
