@@ -8,7 +8,7 @@ import typer
 from rich.markup import escape
 
 from purlin_bench.backends import AUTO, REFERENCE, make, names, resolve as resolve_backend
-from purlin_bench.backends.port import TimingPolicy
+from purlin_bench.backends.port import TimingPolicy, refuses_sizes_per_call
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
 from purlin_bench.tools.bench.measure import DEFAULT, BenchOptions, Measurer
 from purlin_bench.tools.bench import nccl_log
@@ -116,6 +116,11 @@ def bench(
     if op not in REDOPS:
         raise PurlinError(f"unknown reduction '{op}' (known: {', '.join(REDOPS)})")
     backend_cls, why = resolve_backend(backend)
+    # Every collective the backend cannot run, before the first row: found at its turn, it
+    # ended a run that had already replaced --json with the rows before it.
+    refusal = next(filter(None, (refuses_sizes_per_call(backend_cls, s.name) for s in specs if s.variable)), None)
+    if refusal:
+        raise PurlinError(refusal)
     devices = common.gpu_devices(gpus, backend_cls)
     n_ranks = len(devices) if devices else ranks
     if n_ranks < 1:

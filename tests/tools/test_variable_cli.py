@@ -87,6 +87,15 @@ def test_what_is_not_supported_is_one_line(capsys, args, fragment):
     assert_one_line_error(*purlin(capsys, *args), fragment)
 
 
+def test_a_backend_without_sizes_per_call_is_refused_before_the_first_row(capsys, tmp_path):
+    # all-gather first: refused at all-to-all-v's turn, the run had already replaced --json with its rows.
+    kept = tmp_path / "kept.json"
+    kept.write_text("KEEP")
+    args = ("bench", "all-gather,all-to-all-v", "-e", "64", "--backend", "fake", "--json", kept)
+    assert_one_line_error(*purlin(capsys, *args), "backend fake runs no variable-size program yet (all-to-all-v's")
+    assert kept.read_text() == "KEEP"
+
+
 def test_show_source_of_a_variable_collective_reads_its_counts(capsys):
     code, out, _ = purlin(capsys, "show", "all-to-all-v", "--ranks", "3", "--count", "64", "--source")
     assert code == 0 and "const i64* __restrict__ counts) {" in out
