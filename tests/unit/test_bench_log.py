@@ -182,3 +182,17 @@ def test_numpy_header_says_the_timing_done(policy, says):
 def test_header_names_asked_and_done(capsys):
     _, out, _ = bench(capsys, "all-reduce", "-b", 64, "-e", 64, "--ranks", 2)
     assert "# asked: -n 1 -w 0 -G 1" in out and "# timing: CPU wall clock, 1 calls per batch" in out
+
+
+def test_the_json_file_has_no_nan_or_infinity(tmp_path):
+    # JSON has no such numbers: a file with them was refused by purlin plot itself (audit 26, F9).
+    from purlin_bench.tools.bench.report import write_json
+
+    path = tmp_path / "r.json"
+    write_json(path, [], {"copy_bandwidth_gbps": float("nan"), "peaks": [1.5, float("inf"), -float("inf")]}, "cmd")
+
+    def refuse(name):
+        raise AssertionError(f"{name} in the file")
+
+    data = json.loads(path.read_text(), parse_constant=refuse)
+    assert data["environment"] == {"copy_bandwidth_gbps": None, "peaks": [1.5, None, None]}

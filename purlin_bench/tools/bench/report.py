@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any, Iterable
@@ -149,7 +150,19 @@ def write_json(path: str | Path, records: Iterable[BenchRecord], environment: di
     after every row, so an interrupted run leaves the rows it measured."""
     data = {"schema": JSON_SCHEMA, "command": command, "complete": complete, "environment": environment,
             "results": [json_row(r) for r in records]}
-    write_output(path, json.dumps(data, indent=1) + "\n")
+    write_output(path, json.dumps(_finite(data), indent=1, allow_nan=False) + "\n")
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity as null: JSON has no such numbers, and a
+    file with them is refused by strict readers (purlin plot, jq, JavaScript)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 CSV_FIELDS = ("collective", "size", "count", "type", "redop", "root", "strategy", "oop_time_us", "oop_algbw",
