@@ -14,7 +14,7 @@ from rich.table import Table
 from typer.core import TyperCommand
 
 from purlin_bench.tools import check as m
-from purlin_bench.cli.limits import check_check
+from purlin_bench.cli.limits import check_check, check_given
 from purlin_bench.cli.common import (console, err_console, gpu_devices, int_list, invocation, note, param_help,
                                      refuse_foreign_params)
 from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs, launch, ranks_for
@@ -178,6 +178,7 @@ def check(
     exec_params = _datapath(chosen, {"kernel": kernel})
     devices = gpu_devices(gpus, chosen)
     check_mps(mps, procs)
+    check_given(ranks, "--ranks")  # '' is not the default's 2,3,8
     if procs is not None:
         layouts = int_list(procs, "--procs", minimum=1)
         check_procs(layouts, chosen, ranks, {"--json": as_json})

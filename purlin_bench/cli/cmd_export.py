@@ -21,7 +21,8 @@ def export(
         ..., help="a plan artifact (results/<gpu-type>/<collective>-<layout>-<dtype>[-<counts>].json)"
     ),
     fmt: str = typer.Option(..., "--format", help=" | ".join(formats())),
-    output: Optional[Path] = typer.Option(None, "--output", help="write here (atomically) instead of to stdout"),
+    # A str, not a Path: typer's Path reads --output '' as '.', which hid the empty path.
+    output: Optional[str] = typer.Option(None, "--output", help="write here (atomically) instead of to stdout"),
     spec: Optional[Path] = typer.Option(None, "--spec",
                                         help="the collective's spec .yaml, for a plan of your own collective"),
 ) -> None:

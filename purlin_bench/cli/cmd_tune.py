@@ -66,7 +66,7 @@ def tune(
                                 help="re-measure the 3 fastest and the default this many rounds before picking; the "
                                      "default stays unless beaten by 2% (0: take the study's best)"),
     storage: Optional[str] = typer.Option(None, "--storage", help="study storage URL [default: sqlite:///OUT/tune.db]"),
-    out: Optional[Path] = typer.Option(None, "--out",
+    out: Optional[str] = typer.Option(None, "--out",
                                        help="folder of plan artifacts [default: results/ on a GPU, results-cpu/ "
                                             "(git-ignored) for CPU timings]"),
     backend: str = typer.Option(AUTO, "--backend",
@@ -133,7 +133,8 @@ def tune(
     chosen, trials, short = _backend_limits(backend_cls, chosen, max_bytes, trials, sweep_given=sweep != _DEFAULT_SWEEP)
     if short:
         notes.append(short)
-    out = out if out is not None else Path(default_results_dir(backend_cls.name))
+    # A str until checked: typer's Path would read --out '' as '.', the current folder.
+    out = Path(out) if out is not None else Path(default_results_dir(backend_cls.name))
     dtypes = tuple(resolve_dtype(d)[0] for d in common.name_list(dtype)) if dtype else chosen.dtypes
     rank_counts = tuple(ranks_for(common.int_list(ranks, "--ranks", minimum=1) if ranks else None, list(chosen.ranks)))
     request = TuneRequest(

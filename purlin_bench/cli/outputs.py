@@ -20,9 +20,9 @@ def check_output(path: str | Path | None, option: str) -> None:
     that exists and takes new files. ``None`` (the option not given) passes."""
     if path is None:
         return
-    path = Path(path)
-    if str(path) == "":
+    if str(path) == "":  # before Path(), which reads '' as '.'
         raise PurlinError(f"{option}: empty path")
+    path = Path(path)
     _check_name(path, option)
     if path.is_dir():
         raise PurlinError(f"{option} {path}: is a folder, not a file")
@@ -50,9 +50,9 @@ def check_output_dir(path: str | Path | None, option: str) -> None:
     folder is): not a file, and the nearest folder that exists takes files."""
     if path is None:
         return
-    path = Path(path)
-    if str(path) == "":
+    if str(path) == "":  # before Path(), which reads '' as '.'
         raise PurlinError(f"{option}: empty path")
+    path = Path(path)
     _check_name(path, option)
     if path.exists() and not path.is_dir():
         raise PurlinError(f"{option} {path}: is a file, not a folder")

@@ -175,6 +175,22 @@ def test_an_output_naming_an_input_is_refused_and_the_input_kept(capsys, tmp_pat
     assert args[-1] in line and target.read_bytes() == before
 
 
+@pytest.mark.parametrize("args", [(*BENCH, "--json"), (*BENCH, "--csv"), (*BENCH, "--plot"),
+                                  ("tune", "all-reduce", "--backend", "numpy", "--out"),
+                                  ("export", "{plan}", "--format", "json", "--output")],
+                         ids=["bench --json", "bench --csv", "bench --plot", "tune --out", "export --output"])
+def test_an_empty_output_path_is_refused_not_read_as_the_current_folder(capsys, tmp_path, monkeypatch, plan_file,
+                                                                         args):
+    # Read as '.', tune --out '' tuned and wrote its plans and tune.db into the current folder.
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, f"{args[-1]}: empty path", *[str(a).format(plan=plan_file) for a in args], "")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_rank_list_is_refused_not_read_as_the_default(capsys):
+    refused(capsys, "--ranks is empty (leave the option out for its default)", "check", "all-to-all-v", "--ranks", "")
+
+
 def test_tune_out_that_is_a_file_is_refused(capsys, tmp_path):
     (tmp_path / "f").write_text("x")
     refused(capsys, "is a file, not a folder", "tune", "all-reduce", "--backend", "numpy", "--out", tmp_path / "f")
