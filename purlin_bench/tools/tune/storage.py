@@ -18,8 +18,10 @@ from __future__ import annotations
 import random
 import time
 import warnings
+from contextlib import closing
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from purlin_bench.base.errors import PurlinError
 
@@ -56,25 +58,101 @@ def check_url(url: str) -> None:
     empty (that is no storage, not the default), and a SQLite file's folder
     must exist. open_storage creates the default's folder (the plan folder);
     a folder named in a URL is the user's, and a typo there would otherwise
-    leave a new tree holding studies nobody finds."""
+    leave a new tree holding studies nobody finds. Then check_sqlite."""
     if not url.strip():
         raise StorageError("--storage is empty (leave it out for the default, sqlite:///OUT/tune.db)")
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):].split("?", 1)[0]
-        if path and path != ":memory:":
-            folder = Path(path).parent
-            if not folder.is_dir():
-                raise StorageError(f"--storage {display_url(url)}: folder {folder} does not exist")
-            if Path(path).is_dir():
-                raise StorageError(f"--storage {display_url(url)}: {path} is a folder, not a database file")
+    label = f"--storage {display_url(url)}"
+    path = _sqlite_file(url, label)
+    if path is not None:
+        if not path.parent.is_dir():
+            raise StorageError(f"{label}: folder {path.parent} does not exist")
+        if path.is_dir():
+            raise StorageError(f"{label}: {path} is a folder, not a database file")
+    check_sqlite(url, label)
+
+
+def check_sqlite(url: str, label: str) -> None:
+    """Refuse a SQLite database that would lose or spoil studies: one kept
+    in memory (nothing to resume or share, and Optuna's heartbeat thread,
+    on a connection of its own, would see an empty database), and an
+    existing file of another program, which Optuna would add its tables to.
+    The file is only read (read-only connection): a new or empty file and
+    an Optuna study database pass."""
+    path = _sqlite_file(url, label)
+    if path is None or not path.exists():
+        return
+    if not path.is_file():  # a FIFO or device: opening it could block or read nothing that lasts
+        raise StorageError(f"{label}: {path} is not a regular file")
+    found = _tables(path, label)
+    if not found:
+        return
+    others = sorted(found - _optuna_tables())
+    if others and "version_info" not in found:
+        shown = ", ".join(repr(name[:40]) for name in others[:3])  # repr: a name holding a newline stays one line
+        shown += f" and {len(others) - 3} more" if others[3:] else ""
+        raise StorageError(f"{label}: {path} is a database of another program (tables {shown}), not an Optuna "
+                           "study database; refusing to add study tables to it: name a new file")
+
+
+def _sqlite_file(url: str, label: str) -> Path | None:
+    """The file a SQLite URL opens, as SQLAlchemy's pysqlite dialect reads
+    the URL (a ``file:`` URI with ``uri=true`` too); None for other
+    databases and for URLs SQLAlchemy cannot parse (open_storage says why).
+    A database in memory (or SQLite's temporary one, an empty name) is a
+    StorageError."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.util import asbool
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # not a URL: open_storage's error says so
+        return None
+    if parsed.get_backend_name() != "sqlite":
+        return None
+    name = parsed.database or ""
+    memory = name in ("", ":memory:") or parsed.query.get("mode") == "memory"  # as pysqlite's _is_url_file_db
+    try:
+        uri = asbool(parsed.query.get("uri", False))
+    except ValueError:
+        uri = False
+    if uri and name.startswith("file:"):
+        name = unquote(name[len("file:"):])
+        if name.startswith("//"):  # file://[host]/path
+            name = "/" + name[2:].partition("/")[2]
+        memory = memory or name in ("", ":memory:")
+    if memory:
+        raise StorageError(f"{label}: a SQLite database in memory keeps no studies once tune exits, so they "
+                           "could not be resumed or shared: name a file (sqlite:////path/to/tune.db)")
+    return Path(name)
+
+
+def _tables(path: Path, label: str) -> set[str]:
+    """The tables of a SQLite file, read on a read-only connection."""
+    import sqlite3
+
+    try:
+        with closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=60)) as db:
+            rows = db.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+    except sqlite3.Error as exc:
+        raise StorageError(f"{label}: cannot read {path} as a SQLite database: {exc}") from None
+    return {name for (name,) in rows if not name.startswith("sqlite_")}
+
+
+def _optuna_tables() -> set[str]:
+    """The tables Optuna's RDB storage makes, from its own models."""
+    from optuna.storages._rdb import models
+
+    return set(models.BaseModel.metadata.tables) | {"alembic_version"}
 
 
 def display_url(url: str) -> str:
-    """The URL with any password hidden, for messages."""
+    """The URL with any password hidden, for messages; one without a
+    password as typed (rendering quotes a SQLite name's colons: %3Amemory%3A)."""
     try:
         from sqlalchemy.engine import make_url
 
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        return url if parsed.password is None else parsed.render_as_string(hide_password=True)
     except Exception:  # not a URL at all: show it as typed, minus a user:password@ part
         head, sep, tail = url.partition("@")
         return f"{head.split('//')[0]}//***@{tail}" if sep else url
@@ -124,9 +202,12 @@ def open_storage(url: str, heartbeat_s: int | None = None, grace_s: int | None =
     import optuna  # the tune path only: keeps `purlin --help` fast
     import sqlalchemy.exc
 
-    if url.startswith("sqlite:///"):
+    label = f"study storage {display_url(url)}"
+    path = _sqlite_file(url, label)
+    check_sqlite(url, label)  # the default OUT/tune.db too, and callers that skip check_url
+    if path is not None:
         try:
-            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StorageError(f"cannot open study storage {display_url(url)}: {exc.strerror or exc}") from None
     real = _with_driver(url)
