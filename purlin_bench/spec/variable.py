@@ -119,15 +119,21 @@ def draw_counts(inst: Instance, distribution: str, rng: np.random.Generator) -> 
     if distribution not in DISTRIBUTIONS:
         raise CountsError(f"unknown counts distribution '{distribution}' (known: {', '.join(DISTRIBUTIONS)})")
     group = [int(k[-1]) if len(k) > 1 else 0 for k in keys]
+    # Draws pick among the ranks that occur, not 0..max(index): arrays stay as
+    # long as the count vector (c(r * 10**8) shuffled 800 MB a draw), and a hot
+    # rank always has counts (with c(2 * r) an odd pick zeroed every count and
+    # the row went uniform). The built-ins' ranks are 0..R-1, so their draws
+    # for a seed are what they were before this.
+    ranks = sorted(set(group)) or [0]
     if distribution == "uniform":
         return tuple(int(x) for x in rng.integers(0, cap + 1, size=len(keys)))
     if distribution == "sparse":
         drawn = rng.integers(0, cap + 1, size=len(keys))
         return tuple(int(x) if keep else 0 for x, keep in zip(drawn, rng.random(len(keys)) < 0.5))
     if distribution == "hot":
-        hot = int(rng.integers(0, max(group, default=0) + 1))
+        hot = ranks[int(rng.integers(0, len(ranks)))]
         return tuple(cap if g == hot else 0 for g in group)
-    order = rng.permutation(max(group, default=0) + 1)  # skewed: Zipf weights over the ranks, in random order
-    weight = 1.0 / (1.0 + order.astype(np.float64))
+    order = rng.permutation(len(ranks))  # skewed: Zipf weights over the ranks, in random order
+    weight = dict(zip(ranks, 1.0 / (1.0 + order.astype(np.float64))))
     draws = rng.random(len(keys))
     return tuple(int(min(cap, np.floor(cap * weight[g] * u + 0.5))) for g, u in zip(group, draws))

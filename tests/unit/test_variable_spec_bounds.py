@@ -4,12 +4,17 @@ bench or tune crash, now refused at load in one line."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import pickle
 import tracemalloc
 
-from purlin_bench.spec import Place, instantiate
+import numpy as np
+
+from purlin_bench.spec import Place, instantiate, load_builtin
 from purlin_bench.spec.instance import Prefix
 from purlin_bench.spec.loader import parse_spec
+from purlin_bench.spec.variable import DISTRIBUTIONS, counts_for_total, draw_counts
 
 
 def _spec(inputs, outputs, **extra) -> dict:
@@ -50,3 +55,59 @@ def test_a_prefix_is_the_tuple_it_stands_for():
     place = Place(0, 16, 4, p, 9)
     assert place == Place(0, 16, 4, (4, 7, 1), 9) and hash(place) == hash(Place(0, 16, 4, (4, 7, 1), 9))
     assert pickle.loads(pickle.dumps(place)) == place
+
+
+def _draws() -> list:
+    """Three draws and one counts_for_total per built-in, rank count and distribution (seed 7)."""
+    out = []
+    for name in ("all-gather-v", "reduce-scatter-v", "all-to-all-v"):
+        spec = load_builtin(name)
+        for ranks in (1, 2, 3, 8):
+            inst = instantiate(spec, ranks, 1000, 4)
+            for dist in DISTRIBUTIONS:
+                rng = np.random.default_rng(7)
+                out.append([name, ranks, dist, [list(draw_counts(inst, dist, rng)) for _ in range(3)],
+                            list(counts_for_total(inst, 12345, dist, rng))])
+    return out
+
+
+def test_the_builtins_draws_are_those_of_before_for_a_seed():
+    # Bench rows are compared across runs: drawing over the ranks that occur
+    # (below) must not move the built-ins' counts. Pinned from the code before.
+    inst = instantiate(load_builtin("all-to-all-v"), 3, 1000, 4)
+    before = {"uniform": (945, 625, 684, 898, 578, 776, 834, 225, 55),
+              "skewed": (776, 75, 150, 874, 2, 411, 797, 156, 152),
+              "hot": (0, 0, 1000, 0, 0, 1000, 0, 0, 1000),
+              "sparse": (0, 625, 0, 0, 578, 776, 834, 225, 55)}
+    for dist, counts in before.items():
+        assert draw_counts(inst, dist, np.random.default_rng(7)) == counts, dist
+    digest = hashlib.sha256(json.dumps(_draws()).encode()).hexdigest()
+    assert digest == "218feafb013771b3f14493c930ebf62e70fb6ebd9d54328a608c2b1ff4595531"
+
+
+def test_a_draw_is_as_large_as_the_counts_not_the_largest_index():
+    # c(r * 10**12): a permutation of 0..max index asked for 50 TiB (10**8: 800 MB a draw).
+    spec = parse_spec(_spec(["c(r * 1000000000000)"], ["c((r - 1) % R * 1000000000000)"]), "big-v.yaml")
+    inst = instantiate(spec, 8, 100, 4)
+    rng = np.random.default_rng(1)
+    tracemalloc.start()
+    try:
+        drawn = {dist: draw_counts(inst, dist, rng) for dist in DISTRIBUTIONS}
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, f"drawing 8 counts peaked at {peak} bytes"
+    assert all(len(c) == 8 and all(0 <= x <= 100 for x in c) for c in drawn.values())
+    assert sorted(drawn["hot"]) == [0] * 7 + [100]
+
+
+def test_hot_picks_a_rank_that_has_counts():
+    # c(2 * r): ranks 0, 2, 4, ...; a pick of 0..max index hit an odd one about
+    # half the time, every count was 0 and the "hot" row was spread evenly.
+    spec = parse_spec(_spec(["c(2 * r)"], ["c(2 * ((r - 1) % R))"]), "even-v.yaml")
+    inst = instantiate(spec, 8, 64, 4)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        assert sorted(draw_counts(inst, "hot", rng)) == [0] * 7 + [64]
+    shares = counts_for_total(inst, 256, "hot", rng)
+    assert sorted(shares) == [0] * 7 + [256]
