@@ -8,6 +8,7 @@ import hashlib
 import json
 import pickle
 import tracemalloc
+from dataclasses import replace
 
 import numpy as np
 
@@ -111,3 +112,30 @@ def test_hot_picks_a_rank_that_has_counts():
         assert sorted(draw_counts(inst, "hot", rng)) == [0] * 7 + [64]
     shares = counts_for_total(inst, 256, "hot", rng)
     assert sorted(shares) == [0] * 7 + [256]
+
+
+
+class _Counted(tuple):
+    """A tuple that counts the walks over it."""
+
+    walks = 0
+
+    def __iter__(self):
+        _Counted.walks += 1
+        return super().__iter__()
+
+
+def test_a_reference_gathers_the_sources_once_not_once_per_output_chunk():
+    # A scan of every input per output chunk made a reference quadratic in
+    # chunks (4 s of a 1000-chunk check at 2 ranks).
+    spec = parse_spec(_wide(50, requires="R == 2"), "wide-v.yaml")
+    built = instantiate(spec, 2, 3, 4)
+    inst = replace(built, inputs=_Counted(built.inputs))
+    x = [np.arange(150, dtype=np.float32) + 1000 * r for r in range(2)]
+    _Counted.walks = 0
+    out = inst.reference(x)
+    assert _Counted.walks <= 2, f"walked the inputs {_Counted.walks} times for 100 output chunks"
+    assert all(np.array_equal(o, v) for o, v in zip(out, x))  # c(r, i) in, c(r, i) out: a copy in place
+    assert inst.sources_of(("c", 1, 49)) == [inst.inputs[1][49][1]] and inst.sources_of(("d",)) == []
+    inst.sources_of(("c", 1, 49)).clear()  # a caller's list is its own
+    assert len(inst.sources_of(("c", 1, 49))) == 1
