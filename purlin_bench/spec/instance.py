@@ -231,7 +231,7 @@ class Instance:
         return None
 
     def busbw_factor(self) -> float:
-        return float(self.spec.bench.busbw_factor({"R": self.ranks}))
+        return self.spec.busbw_at(self.ranks)  # a SpecError, not a NaN row, where it is not a number
 
 
 def _run_position(inner, outer) -> int | None:
@@ -316,7 +316,8 @@ def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, roo
     counts = _chunk_counts(spec, ins, outs, count, itemsize, ranks)
     keys = tuple(sorted(counts, key=_key_order)) if spec.count_mode == "variable" else ()
     index = {k: i for i, k in enumerate(keys)} if keys else None
-    if keys:
+    if spec.count_mode == "variable":
+        _variable_chunks(spec, keys, ranks)
         _distinct(spec, ins + outs, ranks)
     inputs = tuple(_place(layout, counts, r, index) for r, layout in enumerate(ins))
     outputs = tuple(_place(layout, counts, r, index) for r, layout in enumerate(outs))
@@ -341,6 +342,19 @@ def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, roo
 def _key_order(key: ChunkKey) -> tuple:
     """Chunk names by name, then by indices as numbers: c(2) before c(10)."""
     return (key[0], len(key), *key[1:])
+
+
+def _variable_chunks(spec: CollectiveSpec, keys: tuple[ChunkKey, ...], ranks: int) -> None:
+    """A call's counts are one per chunk and a count's last index is the rank
+    it belongs to (its draws group by it): with no chunk a call has no counts
+    (bench crashed sizing its buffers), and a negative index names no rank."""
+    if not keys:
+        raise SpecError(f"{spec.source}: count: 'variable' needs at least one chunk in input or output; with "
+                        f"{counted(ranks, 'rank')} there is none")
+    bad = next((k for k in keys if any(i < 0 for i in k[1:])), None)
+    if bad is not None:
+        raise SpecError(f"{spec.source}: count: 'variable' chunk indices must be >= 0 (a count's last index is the "
+                        f"rank it belongs to); {key_text(bad)} is listed (with {counted(ranks, 'rank')})")
 
 
 def _distinct(spec: CollectiveSpec, layouts: list[list[ChunkKey]], ranks: int) -> None:

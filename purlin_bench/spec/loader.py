@@ -14,6 +14,7 @@ and the loop variables. See README.md for the full syntax.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,16 @@ LOAD_CHECK_RANKS = range(1, 9)
 # iterations a second, and a program has at most derive.MAX_STEPS steps.)
 MAX_CHUNKS = 1 << 14
 ITERATION_NODES = 8
+# Where a spec's bench conventions are tried on load (with the ranks of
+# LOAD_CHECK_RANKS it allows): a count, or a call's total, of 0, 1, a middling
+# and a large one. Bench and tune evaluate them only at the end of a row or a
+# study; a size that divides by zero, is 0, negative, infinite or NaN there
+# crashed them or wrote rows of -4 B and NaN bandwidth (audit 26, F3/F8/F9).
+BENCH_CHECK_SIZES = (0, 1, 1 << 20, 1 << 40)
+# The largest total of one call's counts bench sizes a row for: counts are
+# drawn as float64 shares of it (spec/variable.py), exact up to 2**53.
+MAX_TOTAL = 1 << 53
+MAX_ITEMSIZE = 8  # bytes of the widest element (float64, int64): a size times it must stay finite
 
 
 @dataclass(frozen=True)
@@ -160,27 +171,70 @@ class CollectiveSpec:
             raise SpecError(f"{self.name}: its sizes come with each call; bench, tune, export and plans of "
                             "variable-length collectives are not supported yet (check and show are)")
 
+    def size_at(self, ranks: int, n: int) -> int | float:
+        """``bench: size`` (S in elements) at ``n``, the count (fixed sizes,
+        a whole number) or one call's total (variable sizes, where ``count``
+        reads 0); a SpecError naming the file where it is not defined there,
+        not finite, negative, or 0 for an ``n`` of at least 1."""
+        expr = self.bench.size_elements
+        env = {"total": n, "count": 0, "R": ranks} if self.variable else {"count": n, "R": ranks}
+        try:
+            value = expr(env) if self.variable else expr.int(env)
+            fits = math.isfinite(float(value) * MAX_ITEMSIZE)
+        except ExprError as exc:
+            raise _fail(self.source, "bench.size", str(exc)) from None
+        except OverflowError:  # an int past a float's range
+            fits = False
+        if not fits or value < 0 or (n >= 1 and value == 0):
+            hint = ""
+            if self.variable and "count" in expr.names:
+                hint = " (count reads 0 in a variable collective's size; S is of one call's 'total')"
+            shown = ", ".join(f"{k}={v}" for k, v in env.items() if k in expr.names)
+            got = repr(value) if len(repr(value)) <= 24 else f"{repr(value)[:20]}... ({len(repr(value))} digits)"
+            raise _fail(self.source, "bench.size", f"'{expr.text}' must be a finite number > 0 of elements, got "
+                        f"{got}{' with ' + shown if shown else ''}{hint}")
+        return value
+
+    def busbw_at(self, ranks: int) -> float:
+        """``bench: busbw`` at ``ranks``: finite and >= 0 (all-gather's is 0
+        at one rank), or a SpecError naming the file."""
+        expr = self.bench.busbw_factor
+        try:
+            value = float(expr({"R": ranks}))
+        except ExprError as exc:
+            raise _fail(self.source, "bench.busbw", str(exc)) from None
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value) or value < 0:
+            raise _fail(self.source, "bench.busbw", f"'{expr.text}' must be a finite number >= 0, got {value!r} "
+                        f"with R={ranks}")
+        return value
+
     def count_for_bytes(self, ranks: int, nbytes: int, itemsize: int) -> int:
         """The count whose nccl-tests message size S is ``nbytes`` (rounded
         down, at least 1): S is linear in count, e.g. count or count * R."""
         self._sized()
-        per_count = self.bench.size_elements.int({"count": 1, "R": ranks}) * itemsize
+        per_count = self.size_at(ranks, 1) * itemsize
         return max(1, nbytes // max(1, per_count))
 
     def bytes_for_count(self, ranks: int, count: int, itemsize: int) -> int:
         self._sized()
-        return self.bench.size_elements.int({"count": count, "R": ranks}) * itemsize
+        return self.size_at(ranks, count) * itemsize
 
     def total_for_bytes(self, ranks: int, nbytes: int, itemsize: int) -> int:
         """A variable collective's: the sum of one call's counts whose size S
         (its ``bench: size``, an expression of ``total``) is ``nbytes``,
         rounded down, at least 1."""
         # S per element of total may be a fraction (all-to-all-v's S is total / R, per rank).
-        per_total = float(self.bench.size_elements({"total": 1, "count": 0, "R": ranks})) * itemsize
-        return max(1, int(nbytes // per_total)) if per_total > 0 else 1
+        per_total = float(self.size_at(ranks, 1)) * itemsize
+        total = nbytes // per_total if per_total > 0 else 1
+        if not total <= MAX_TOTAL:  # inf too: a size of total / 10**30 made 1 KiB a call of 2.6e32 elements
+            raise _fail(self.source, "bench.size", f"'{self.bench.size_elements.text}' makes {nbytes} B a call of "
+                        f"{total:.3g} elements with R={ranks} (at most 2**53, where a call's counts stay exact)")
+        return max(1, int(total))
 
     def bytes_for_total(self, ranks: int, total: int, itemsize: int) -> int:
-        return int(float(self.bench.size_elements({"total": total, "count": 0, "R": ranks})) * itemsize)
+        return int(float(self.size_at(ranks, total)) * itemsize)
 
 
 def _fail(source: str, where: str, why: str) -> SpecError:
@@ -357,6 +411,10 @@ def _trial_instantiate(spec: CollectiveSpec) -> None:
             continue
         for root in range(ranks) if spec.rooted else (0,):
             instantiate(spec, ranks, count=ranks, itemsize=4, root=root)
+        # Bench and tune read these only after the work; fail now, in one line.
+        spec.busbw_at(ranks)
+        for n in BENCH_CHECK_SIZES:
+            spec.size_at(ranks, n)
 
 
 def load_spec_file(path: str | Path) -> CollectiveSpec:

@@ -165,3 +165,25 @@ def test_bench_times_rows_whose_counts_add_up_to_their_size(capsys, tmp_path, di
         assert row["count"] == max(row["counts"]) and row["out_of_place"]["nwrong"] == 0
         if distribution == "hot":
             assert sum(c > 0 for c in row["counts"]) <= 4  # one destination rank takes everything
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ("input: []\noutput: []\n", "needs at least one chunk"),
+        ("input: [c(r - 100)]\noutput: [c((r-1)%R - 100)]\n", "chunk indices must be >= 0"),
+        ("bench: {size: -total, busbw: 1}\ninput: [c(r)]\noutput: [c((r-1)%R)]\n", "bench.size: '-total' must be"),
+        ("bench: {size: total, busbw: 1e308*10 - 1e308*10}\ninput: [c(r)]\noutput: [c((r-1)%R)]\n", "got nan"),
+    ],
+)
+def test_a_variable_spec_bench_or_tune_would_crash_on_is_one_line_before_any_work(capsys, tmp_path, body, fragment):
+    # Audit 26 (F3, F8, F9): these loaded, then bench and tune crashed, or tune
+    # ran whole studies before refusing the plan, or bench wrote NaN rows.
+    spec = tmp_path / "my-v.yaml"
+    spec.write_text("name: my-v\nop: copy\ncount: variable\n" + body)
+    results = tmp_path / "bench.json"
+    for args in (["bench", "--spec", str(spec), "-e", "1K", "--json", str(results)],
+                 ["tune", "--spec", str(spec), "--out", str(tmp_path / "tuned"), "--sweep", "quick", "--trials", "2"],
+                 ["check", str(spec), "--ranks", "2", "--count", "5"]):
+        assert_one_line_error(*purlin(capsys, *args), fragment)
+    assert not results.exists() and not (tmp_path / "tuned").exists()

@@ -7,12 +7,16 @@ from __future__ import annotations
 import hashlib
 import json
 import pickle
+import re
 import tracemalloc
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
+import pytest
 
-from purlin_bench.spec import Place, instantiate, load_builtin
+from purlin_bench.base.errors import SpecError
+from purlin_bench.spec import Place, instantiate, load_all_builtin, load_builtin, load_spec_file
 from purlin_bench.spec.instance import Prefix
 from purlin_bench.spec.loader import parse_spec
 from purlin_bench.spec.variable import DISTRIBUTIONS, counts_for_total, draw_counts
@@ -139,3 +143,73 @@ def test_a_reference_gathers_the_sources_once_not_once_per_output_chunk():
     assert inst.sources_of(("c", 1, 49)) == [inst.inputs[1][49][1]] and inst.sources_of(("d",)) == []
     inst.sources_of(("c", 1, 49)).clear()  # a caller's list is its own
     assert len(inst.sources_of(("c", 1, 49))) == 1
+
+
+FRAME = _spec(["c(r)"], ["c((r - 1) % R)"])
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        # bench crashed at max(1, *counts) with no counts (TypeError)
+        (_spec([], []), "count: 'variable' needs at least one chunk in input or output; with 1 rank there is none"),
+        (_spec(["c(r - 100)"], ["c((r - 1) % R - 100)"]), "chunk indices must be >= 0"),
+        (_spec(["c(r, r - 1)"], ["c((r - 1) % R, r - 2)"], requires="R >= 2"), "c(0, -1) is listed"),
+        # ExprError (no PurlinError): a traceback
+        ({**FRAME, "bench": {"size": "total / (R - R)"}}, "bench.size: division by zero in 'total / (R - R)'"),
+        ({**FRAME, "bench": {"busbw": "1 / (R - 1)"}}, "bench.busbw: division by zero in '1 / (R - 1)' with R=1"),
+        # OverflowError in bytes_for_total
+        ({**FRAME, "bench": {"size": "total * 1e308 * 10"}}, "got inf with total=1"),
+        ({**FRAME, "bench": {"size": "total * 1" + "0" * 320}}, "... (321 digits) with total=1"),
+        # rows of -4 B and 0 B, NaN bandwidth, and tune refusing only at the plan
+        ({**FRAME, "bench": {"size": "-total"}}, "'-total' must be a finite number > 0 of elements, got -1 with"),
+        ({**FRAME, "bench": {"size": 0}}, "'0' must be a finite number > 0 of elements, got 0"),
+        ({**FRAME, "bench": {"size": "count"}}, "got 0 with count=0 (count reads 0 in a variable collective's size"),
+        ({**FRAME, "bench": {"busbw": -1}}, "bench.busbw: '-1' must be a finite number >= 0, got -1.0 with R=1"),
+        ({**FRAME, "bench": {"busbw": "1e308*10 - 1e308*10"}}, "got nan with R=1"),
+        ({**FRAME, "bench": {"size": "total / (R - 3)"}}, "got -0.5 with total=1, R=1"),
+    ],
+)
+def test_a_spec_bench_or_tune_would_crash_on_is_refused_at_load_in_one_line(raw, message):
+    with pytest.raises(SpecError) as info:
+        parse_spec(raw, "my-v.yaml")
+    text = str(info.value)
+    assert text.startswith("my-v.yaml: ") and "\n" not in text and message in text, text
+
+
+def test_fixed_specs_bench_conventions_are_checked_too():
+    fixed = {"name": "my", "op": "copy", "count": "chunk", "input": ["c(r)"],
+             "output": [{"chunk": "c(i)", "for": "i in range(R)"}]}
+    for bench, message in [({"size": "count / 2"}, "must be a whole number, got 0.5 with count=1"),
+                           ({"size": "count // 2"}, "got 0 with count=1"),
+                           ({"size": "count * R", "busbw": "0 - 1"}, "bench.busbw: '0 - 1' must be a finite number")]:
+        with pytest.raises(SpecError, match=re.escape(message)):
+            parse_spec({**fixed, "bench": bench}, "my.yaml")
+    spec = parse_spec({**fixed, "bench": {"size": "count * R", "busbw": "(R - 1) / R"}}, "my.yaml")
+    assert spec.bytes_for_count(4, 3, 2) == 24 and spec.busbw_at(1) == 0.0  # 0 at one rank is nccl-tests'
+
+
+def test_past_the_ranks_tried_at_load_sizing_still_fails_in_one_line():
+    # Fine at R = 1..8 (what a load tries), undefined at R = 9: bench sizes a
+    # row there with a SpecError, not an ExprError or OverflowError traceback.
+    bench = {"size": "total * (2 + 1 / (R - 9))", "busbw": "1 + 1 / (R - 9)"}
+    spec = parse_spec({**FRAME, "bench": bench}, "my-v.yaml")
+    assert spec.total_for_bytes(8, 1024, 4) == 256 and spec.busbw_at(8) == 0.0
+    for call in (lambda: spec.total_for_bytes(9, 1024, 4), lambda: spec.bytes_for_total(9, 10, 4),
+                 lambda: instantiate(spec, 9, 4, 4).busbw_factor()):
+        with pytest.raises(SpecError, match=r"^my-v.yaml: bench\.(size|busbw): division by zero"):
+            call()
+
+
+def test_the_builtins_and_examples_bench_conventions_still_load():
+    for spec in load_all_builtin() + [load_spec_file(p) for p in sorted(Path("examples").glob("*.yaml"))]:
+        assert spec.size_at(8, 1) > 0 and spec.busbw_at(8) >= 0, spec.name
+
+
+def test_a_size_that_makes_a_row_an_absurd_total_is_one_line():
+    # total / 10**30 is finite and > 0, but 1 KiB is then a call of 2.6e32
+    # elements: counts_for_total overflowed int64 (a traceback).
+    spec = parse_spec({**FRAME, "bench": {"size": "total / 1" + "0" * 30}}, "my-v.yaml")
+    with pytest.raises(SpecError, match=r"^my-v\.yaml: bench\.size: .* makes 1024 B a call of 2\.56e\+32 elements"):
+        spec.total_for_bytes(8, 1024, 4)
+    assert parse_spec(FRAME, "my-v.yaml").total_for_bytes(8, 1 << 40, 4) == 1 << 38  # 1 TiB is a total, not an error
