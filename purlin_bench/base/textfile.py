@@ -28,9 +28,11 @@ from typing import IO, Any, Callable
 
 from purlin_bench.base.atomic import MODE, WriteError
 
-# Every file purlin reads is small (a spec, a sweep, a plan, a bench result
-# of a few thousand rows): 16 MiB is far above any of them, and parsing it
-# stays under a second.
+# Every file purlin reads is small (a spec or sweep of a few kB, a plan, a bench
+# result of a few thousand rows): 16 MiB is far above any of them. It bounds the
+# read, not the parse: YAML is bounded while it is composed (yamlfile: refused at
+# its node bound in under a second), JSON near the cap takes seconds (parse_json
+# calls Python per number, then walks the result).
 MAX_TEXT_BYTES = 16 << 20
 # Plain numbers in a spec, plan or result fit in 64 bits (20 digits); a longer
 # one is refused before Python converts it (conversion is quadratic in its digits).
