@@ -249,6 +249,14 @@ MAX_RANKS = 64
 MAX_RANKS_WHY = "exact checked inputs and the GPU kernel's shared-memory slice bases hold for at most 64"
 
 
+# Most chunks one rank's buffer lists in a variable-size spec: a slice's offset there is
+# the sum of the counts of the chunks before it, and the program, its validation and the
+# compiled kernel's addresses each carry those sums, so their size grows as the square of
+# this (audit 26: check of 1000 chunks 5.6 s at 2 ranks, 2000 about 20 s, 4000 past a
+# minute). All-to-all-v at 64 ranks lists 64; an MoE layer's per-expert chunks, hundreds.
+MAX_VARIABLE_CHUNKS = 1024
+
+
 def _layouts(spec: CollectiveSpec, side: str, ranks: int, root: int) -> list[list[ChunkKey]]:
     entries = spec.input if side == "input" else spec.output
     result = []
@@ -261,6 +269,10 @@ def _layouts(spec: CollectiveSpec, side: str, ranks: int, root: int) -> list[lis
                 keys.extend(entry.expand(env, budget))
             except ExprError as exc:
                 raise SpecError(f"{spec.source}: {entry.where}: {exc} (rank {r} of {ranks})") from None
+            if spec.variable and len(keys) > MAX_VARIABLE_CHUNKS:
+                raise SpecError(f"{spec.source}: {entry.where}: rank {r}'s {side} (R={ranks}) lists more than "
+                                f"{MAX_VARIABLE_CHUNKS} chunks, at most {MAX_VARIABLE_CHUNKS} in a variable-size "
+                                "buffer: each slice's offset sums the counts of the chunks before it")
         result.append(keys)
     return result
 

@@ -17,7 +17,8 @@ import pytest
 
 from purlin_bench.base.errors import SpecError
 from purlin_bench.spec import Place, instantiate, load_all_builtin, load_builtin, load_spec_file
-from purlin_bench.spec.instance import Prefix
+from purlin_bench.spec import instance
+from purlin_bench.spec.instance import MAX_VARIABLE_CHUNKS, Prefix
 from purlin_bench.spec.loader import parse_spec
 from purlin_bench.spec.variable import DISTRIBUTIONS, counts_for_total, draw_counts
 
@@ -31,7 +32,9 @@ def _wide(n: int, **extra) -> dict:
     return _spec([entry], [entry], **extra)
 
 
-def test_a_variable_buffer_keeps_its_chunks_ids_once_not_once_per_place():
+def test_a_variable_buffer_keeps_its_chunks_ids_once_not_once_per_place(monkeypatch):
+    # Past the bound of chunks a buffer, which the layers above need (the next test), to measure the layout.
+    monkeypatch.setattr(instance, "MAX_VARIABLE_CHUNKS", 3000)
     # requires: the load tries R = 2 only, so the test pays one instance.
     spec = parse_spec(_wide(3000, requires="R == 2"), "wide-v.yaml")
     tracemalloc.start()
@@ -47,6 +50,16 @@ def test_a_variable_buffer_keeps_its_chunks_ids_once_not_once_per_place():
     assert key == ("c", 1, 2999) and last.var == 5999
     assert last.base == tuple(range(3000, 5999)) and len(last.base) == 2999
     assert inst.inputs[1][0][1].base == () and not inst.inputs[1][0][1].base
+
+
+def test_a_variable_buffer_of_more_chunks_than_the_bound_is_refused_at_load():
+    # Offsets sum the counts before them: the program, its checks and kernel addresses grow as the square of this.
+    refused = _spec([{"chunk": "c(r, i)", "for": f"i in range({MAX_VARIABLE_CHUNKS} + r)"}], [{"chunk": "c(r, i)",
+                    "for": f"i in range({MAX_VARIABLE_CHUNKS} + r)"}])
+    with pytest.raises(SpecError, match=rf"rank 1's input \(R=2\) lists more than {MAX_VARIABLE_CHUNKS} chunks"):
+        parse_spec(refused, "wide-v.yaml")
+    # A fixed-size spec's chunks have fixed offsets: no such bound.
+    assert parse_spec({**_wide(MAX_VARIABLE_CHUNKS + 1, requires="R == 1"), "count": "chunk"}, "wide.yaml")
 
 
 def test_a_prefix_is_the_tuple_it_stands_for():
