@@ -237,6 +237,14 @@ class CollectiveSpec:
         return int(float(self.size_at(ranks, total)) * itemsize)
 
 
+def _shown(keys) -> str:
+    """A few unknown keys, each cut short: a file that is no spec at all (a
+    password file, a log) is named, not echoed line by line into the error."""
+    names = sorted(keys, key=repr)
+    shown = ", ".join(repr(k)[:24] + ("..." if len(repr(k)) > 24 else "") for k in names[:3])
+    return f"[{shown}{f', and {len(names) - 3} more' if names[3:] else ''}]"
+
+
 def _fail(source: str, where: str, why: str) -> SpecError:
     return SpecError(f"{source}: {where}: {why}")
 
@@ -257,7 +265,7 @@ def _parse_entry(source: str, where: str, raw: Any) -> LayoutEntry:
         raise _fail(source, where, "an entry is a mapping with 'chunk' (and optional 'for', 'when') or a chunk string")
     unknown = set(raw) - _ENTRY_KEYS
     if unknown:
-        raise _fail(source, where, f"unknown key(s) {sorted(unknown, key=repr)}; allowed: {sorted(_ENTRY_KEYS)}")
+        raise _fail(source, where, f"unknown key(s) {_shown(unknown)}; allowed: {sorted(_ENTRY_KEYS)}")
     if "chunk" not in raw:
         raise _fail(source, where, "missing 'chunk'")
     names = set(BASE_NAMES)
@@ -328,7 +336,7 @@ def parse_spec(raw: Any, source: str) -> CollectiveSpec:
         raise _fail(source, "top level", "a spec is a mapping with name, op, input and output")
     unknown = set(raw) - _TOP_KEYS
     if unknown:
-        raise _fail(source, "top level", f"unknown key(s) {sorted(unknown, key=repr)}; allowed: {sorted(_TOP_KEYS)}")
+        raise _fail(source, "top level", f"unknown key(s) {_shown(unknown)}; allowed: {sorted(_TOP_KEYS)}")
     for key in ("name", "op", "input", "output"):
         if key not in raw:
             raise _fail(source, key, "missing")

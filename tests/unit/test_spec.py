@@ -338,3 +338,14 @@ def test_an_instance_pickles_to_the_same_semantics(path):
         assert back.in_counts == inst.in_counts and back.out_counts == inst.out_counts and back.root == inst.root
         expected = inst.reference(inputs, spec.redop)
         assert all(np.array_equal(a, b) for a, b in zip(back.reference(inputs, spec.redop), expected)), spec.name
+
+
+def test_a_file_that_is_no_spec_is_named_not_echoed_into_the_error(tmp_path):
+    # Every line of a password file became an "unknown key" printed whole (audit 26, F11).
+    path = tmp_path / "shadow"
+    path.write_text("".join(f"user{i}:$6$secretsecretsecret{i}:19000:0:99999:7:::\n" for i in range(5)))
+    with pytest.raises(SpecError) as err:
+        load_spec_file(path)
+    message = str(err.value)
+    assert "unknown key(s) [" in message and "and 2 more" in message and "19000:0:99999" not in message
+    assert sum(f"user{i}" in message for i in range(5)) == 3
