@@ -99,11 +99,12 @@ def bench(
     outputs.check_output(json_out, "--json")
     outputs.check_output(csv_out, "--csv")
     outputs.check_plot(plot_out, "--plot")
-    outputs.check_distinct(("--json", json_out), ("--csv", csv_out), ("--plot", plot_out))
+    written = (("--json", json_out), ("--csv", csv_out), ("--plot", plot_out))
+    outputs.check_distinct(*written)
     named = [part for part in {collective or "", *(collective or "").split(",")} if part]
     read = [("COLLECTIVE spec", part) for part in named] + [("--spec", path) for path in spec_files or []]
     read += [("--plan", plan)] if plan not in (None, "auto") else []
-    outputs.check_not_inputs((("--json", json_out), ("--csv", csv_out), ("--plot", plot_out)), read)
+    outputs.check_not_inputs(written, read)
     limits.check_choice(check, "--check", (0, 1))
     limits.check_plan_param("channels", channels, "--channels")
     specs = many_specs(collective, spec_files or [])
@@ -144,8 +145,7 @@ def bench(
     plan_text = [(spec, instances(spec, sizes, n_ranks, dtype, root, counts)) for spec in specs]
     plans = dict(choice.plan_lookup.sources) if choice.plan_lookup is not None else {}
     # --plan auto's files are known only now, still before any measurement.
-    outputs.check_not_inputs((("--json", json_out), ("--csv", csv_out), ("--plot", plot_out)),
-                             [("--plan", str(source)) for source in plans.values()])
+    outputs.check_not_inputs(written, [("--plan", str(source)) for source in plans.values()])
     backend_obj = make(backend_cls, n_ranks, tuple(devices) if devices else None)
     baselines = _baselines(baseline, backend_obj.baselines(), backend_obj.refused_baselines())
     policy = TimingPolicy(iters=iters, warmup=warmup, reps=max(1, cudagraph or 5), graph=cudagraph > 0)

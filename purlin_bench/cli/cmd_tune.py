@@ -67,8 +67,8 @@ def tune(
                                      "default stays unless beaten by 2% (0: take the study's best)"),
     storage: Optional[str] = typer.Option(None, "--storage", help="study storage URL [default: sqlite:///OUT/tune.db]"),
     out: Optional[str] = typer.Option(None, "--out",
-                                       help="folder of plan artifacts [default: results/ on a GPU, results-cpu/ "
-                                            "(git-ignored) for CPU timings]"),
+                                      help="folder of plan artifacts [default: results/ on a GPU, results-cpu/ "
+                                           "(git-ignored) for CPU timings]"),
     backend: str = typer.Option(AUTO, "--backend",
                                 help=f"{' | '.join((AUTO, *names()))} ({AUTO}: a GPU where one is usable)"),
     sizes: Optional[str] = typer.Option(None, "--sizes", help="override the sweep's size buckets, e.g. 8,64K,1M"),
