@@ -68,17 +68,16 @@ def check_url(url: str) -> None:
             raise StorageError(f"{label}: folder {path.parent} does not exist")
         if path.is_dir():
             raise StorageError(f"{label}: {path} is a folder, not a database file")
-    check_sqlite(url, label)
+    check_sqlite(path, label)
 
 
-def check_sqlite(url: str, label: str) -> None:
+def check_sqlite(path: Path | None, label: str) -> None:
     """Refuse a SQLite database that would lose or spoil studies: one kept
     in memory (nothing to resume or share, and Optuna's heartbeat thread,
     on a connection of its own, would see an empty database), and an
     existing file of another program, which Optuna would add its tables to.
     The file is only read (read-only connection): a new or empty file and
-    an Optuna study database pass."""
-    path = _sqlite_file(url, label)
+    an Optuna study database pass. ``path``: _sqlite_file's (None: no file)."""
     if path is None or not path.exists():
         return
     if not path.is_file():  # a FIFO or device: opening it could block or read nothing that lasts
@@ -204,7 +203,7 @@ def open_storage(url: str, heartbeat_s: int | None = None, grace_s: int | None =
 
     label = f"study storage {display_url(url)}"
     path = _sqlite_file(url, label)
-    check_sqlite(url, label)  # the default OUT/tune.db too, and callers that skip check_url
+    check_sqlite(path, label)  # the default OUT/tune.db too, and callers that skip check_url
     if path is not None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
