@@ -37,7 +37,7 @@ from purlin_bench.base.dtypes import accumulate
 from purlin_bench.base.errors import SpecError
 from purlin_bench.spec.expr import ExprError
 from purlin_bench.spec.loader import MAX_CHUNKS, CollectiveSpec
-from purlin_bench.base.sizes import counted
+from purlin_bench.base.sizes import MAX_BYTES, counted, format_bytes
 
 ChunkKey = tuple  # ("c", 3) or ("c",)
 
@@ -326,6 +326,7 @@ def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, roo
     ins = _layouts(spec, "input", ranks, root)
     outs = _layouts(spec, "output", ranks, root)
     counts = _chunk_counts(spec, ins, outs, count, itemsize, ranks)
+    _bounded(spec, ins + outs, counts, itemsize, ranks)
     keys = tuple(sorted(counts, key=_key_order)) if spec.count_mode == "variable" else ()
     index = {k: i for i, k in enumerate(keys)} if keys else None
     if spec.count_mode == "variable":
@@ -349,6 +350,17 @@ def instantiate(spec: CollectiveSpec, ranks: int, count: int, itemsize: int, roo
                                 f"a copy needs exactly one (with {counted(ranks, 'rank')}, root {root})")
     flows = _coalesce(outputs, sources, merge=not keys)
     return Instance(spec, ranks, root, count, itemsize, counts, inputs, outputs, flows, keys)
+
+
+def _bounded(spec: CollectiveSpec, layouts: list[list[ChunkKey]], counts: dict[ChunkKey, int], itemsize: int,
+             ranks: int) -> None:
+    """Refuse a buffer past sizes.MAX_BYTES before any place is built: `show --count 1e23`
+    printed a program no memory could hold, with offsets of 24 digits."""
+    for rank, layout in enumerate(layouts):
+        n = sum(counts[k] for k in layout) * itemsize
+        if n > MAX_BYTES:
+            raise SpecError(f"{spec.name}: a buffer of rank {rank % ranks} would hold {n} bytes, above the largest "
+                            f"size, {format_bytes(MAX_BYTES)} (2**60 bytes)")
 
 
 def _key_order(key: ChunkKey) -> tuple:

@@ -226,3 +226,12 @@ def test_a_size_that_makes_a_row_an_absurd_total_is_one_line():
     with pytest.raises(SpecError, match=r"^my-v\.yaml: bench\.size: .* makes 1024 B a call of 2\.56e\+32 elements"):
         spec.total_for_bytes(8, 1024, 4)
     assert parse_spec(FRAME, "my-v.yaml").total_for_bytes(8, 1 << 40, 4) == 1 << 38  # 1 TiB is a total, not an error
+
+
+@pytest.mark.parametrize("name", ["all-gather", "all-gather-v", "reduce-scatter"])
+def test_a_count_whose_buffer_passes_the_largest_size_is_refused_before_any_place(name):
+    spec = load_builtin(name)
+    huge = (1 << 60) // 4  # float32 elements in 2**60 bytes: one rank's chunk fills the largest size
+    with pytest.raises(SpecError, match=r"above the largest size"):
+        instantiate(spec, 4, huge, 4)
+    assert instantiate(spec, 4, huge // 8, 4).ranks == 4  # a buffer of 4 chunks at 2**57 bytes each holds
