@@ -81,7 +81,8 @@ def note(message: str) -> None:
 
 
 def int_list(text: str, what: str, minimum: int = 0) -> list[int]:
-    """'1,2,8' -> [1, 2, 8]; a clear error for anything else."""
+    """'1,2,8' -> [1, 2, 8]; a clear error for anything else. A value given twice is
+    kept once (as check's name lists are): `--ranks 2,2` ran every row twice."""
     values = []
     for part in str(text).split(","):
         part = part.strip()
@@ -94,11 +95,11 @@ def int_list(text: str, what: str, minimum: int = 0) -> list[int]:
         values.append(value)
     if not values:
         raise PurlinError(f"{what} is empty")
-    return values
+    return list(dict.fromkeys(values))
 
 
 def name_list(text: str) -> list[str]:
-    return [p.strip() for p in str(text).split(",") if p.strip()]
+    return list(dict.fromkeys(p.strip() for p in str(text).split(",") if p.strip()))
 
 
 def param_help(name: str) -> str:
@@ -141,4 +142,7 @@ def gpu_devices(text: str | None, backend) -> list[int] | None:
         if count < 1:
             raise PurlinError(f"--gpus all: backend {backend.name} sees no device")
         return list(range(count))
-    return int_list(text, "--gpus")
+    devices = int_list(text, "--gpus")
+    if len(devices) < len(text.split(",")):  # one rank a GPU: two ranks on one would not be what was timed
+        raise PurlinError(f"--gpus names a GPU twice: '{text}'")
+    return devices

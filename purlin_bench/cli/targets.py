@@ -39,4 +39,5 @@ def many_specs(collective: str | None, spec_files: Sequence[str]) -> list[Collec
     elif collective:
         specs.append(resolve(collective))
     specs.extend(load_spec_file(path) for path in spec_files)
-    return specs
+    # 'all-gather,all-gather' (or one file twice): its rows once; two files of one name stay two.
+    return list({(spec.name, spec.source): spec for spec in specs}.values())

@@ -9,6 +9,7 @@ silently meant something else; stdout that cannot be written.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from purlin_bench.cli import limits
+from purlin_bench.base.errors import PurlinError
+from purlin_bench.cli import common, limits
 from tests import cli_refusal
 from tests.cli_refusal import purlin
 
@@ -189,6 +191,23 @@ def test_an_empty_output_path_is_refused_not_read_as_the_current_folder(capsys, 
 
 def test_an_empty_rank_list_is_refused_not_read_as_the_default(capsys):
     refused(capsys, "--ranks is empty (leave the option out for its default)", "check", "all-to-all-v", "--ranks", "")
+
+
+def test_a_value_listed_twice_runs_once(capsys):
+    code, out, _ = purlin(capsys, "check", "all-gather,all-gather", "--ranks", "2,2,3", "--count", "8,8",
+                          "-d", "float32,float32", "-s", "ring", "--json")
+    assert code == 0
+    rows = json.loads(out)["results"]
+    assert sorted((r["ranks"], r["inplace"]) for r in rows) == [(2, False), (2, True), (3, False), (3, True)]
+
+
+def test_a_gpu_named_twice_is_refused():
+    class Devices:  # a backend with GPUs, none needed to parse the list
+        name, has_devices = "fake", True
+
+    assert common.gpu_devices("1,0", Devices) == [1, 0]
+    with pytest.raises(PurlinError, match="--gpus names a GPU twice: '0,1,0'"):
+        common.gpu_devices("0,1,0", Devices)
 
 
 def test_tune_out_that_is_a_file_is_refused(capsys, tmp_path):
