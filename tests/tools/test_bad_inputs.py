@@ -265,7 +265,7 @@ def test_spec_loop_bound(capsys, tmp_path, loops):
         f"name: loopy\nop: copy\ninput:\n  - chunk: c(r, {names})\n    for:\n{body}\n"
         f"output:\n  - chunk: c(r, {names})\n    for:\n{body}\n"
     )
-    refused(capsys, "more than 16384 iterations", "list", "--spec", spec)
+    refused(capsys, "more than 8192 iterations", "list", "--spec", spec)
 
 
 def test_spec_loops_under_the_bound_still_load(capsys):
