@@ -278,6 +278,66 @@ def flat_view(source: str, counts: list[int], threads: int):
     return view
 
 
+EARLY = "store_one(x, dst);"  # a flat launch whose loads do not wait for the counts (variable.early_code)
+_EARLY_LINES = [
+    ("skip", re.compile(r"const i64 c\d+ = clamp_count.*|\}")),
+    ("type", re.compile(r"typedef (?P<type>int|i64) pool_t;.*")),
+    ("let", re.compile(r"const pool_t (?P<name>n\d+) = (?P<expr>.*);")),
+    ("loop", re.compile(
+        r"for \(pool_t g = \(pool_t\)\(blockIdx\.x \* blockDim\.x \+ threadIdx\.x\); g < (?P<end>\d+);"
+        r" g \+= \(pool_t\)\(gridDim\.x \* blockDim\.x\)\) \{")),
+    ("move", re.compile(
+        r"if \(g < (?P<end>\d+)\) \{ const pool_t i = g - (?P<start>\d+);"
+        r" const S x = ld_one<S>\(\(const S\*\)\((?P<src>[^;]*)\)\);"
+        r" if \(i < (?P<n>n\d+)\) \{ char\* const dst\[(?P<nd>\d+)\] = \{(?P<dst>[^}]*)\}; store_one\(x, dst\); \}"
+        r" continue; \}")),
+]
+
+
+def early_view(source: str, counts: list[int], threads: int, windows: list[int]):
+    """An early flat kernel (variable.early_code) run as flat_view runs a flat one: thread
+    g loads element g of the ops' ``windows`` laid end to end (each op's source read only
+    inside its window), and stores it where its op's count takes it."""
+    body = source.split(FLAT, 1)[1].split('extern "C"', 1)[0]
+    statements = []
+    for line in body.splitlines()[1:]:
+        found = next(((kind, m) for kind, rx in _EARLY_LINES if (m := rx.fullmatch(line.strip()))), None)
+        assert found, f"an early line the reader does not know: {line.strip()[:100]}"
+        statements.append(found)
+    loaded = _group_counts(body, counts)
+    env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
+    bits = 32 if any(k == "type" and m["type"] == "int" for k, m in statements) else 64
+    for kind, m in statements:
+        if kind == "let":
+            env[m["name"]] = _pool_value(eval(_python(m["expr"]), env), bits)
+    moves = [m for kind, m in statements if kind == "move"]
+    (end,) = [int(m["end"]) for kind, m in statements if kind == "loop"]
+    # The ops' windows end to end, in order: op k's elements are g - start for start <= g < its end.
+    assert [(int(m["start"]), int(m["end"])) for m in moves] == [
+        (sum(windows[:k]), sum(windows[: k + 1])) for k in range(len(moves))] and end == sum(windows)
+    moved: list[dict] = [{} for _ in moves]
+    for thread in range(threads):
+        for g in range(thread, end, threads):
+            _pool_value(g + threads, bits)
+            k = next(k for k, m in enumerate(moves) if g < int(m["end"]))
+            i = g - int(moves[k]["start"])
+            src = eval(_python(moves[k]["src"]), env | {"i": i})
+            if i < env[moves[k]["n"]]:
+                assert i not in moved[k], (k, i)
+                moved[k][i] = [src] + [eval(_python(x), env | {"i": i}) for x in moves[k]["dst"].split(", ")]
+    view = []
+    for k, m in enumerate(moves):
+        assert sorted(moved[k]) == list(range(env[m["n"]])), (k, env[m["n"]])
+        assert int(m["nd"]) == m["dst"].count(", ") + 1, k
+        if not moved[k]:
+            view.append(None)
+            continue
+        first = moved[k][0]
+        assert all(moved[k][i] == [(b, at + i) for b, at in first] for i in moved[k]), k
+        view.append((env[m["n"]], first[:1], first[1:]))
+    return view
+
+
 def all_overlaps(moves):
     """Pairs of moves anywhere in a launch touching a common element, one writing it."""
     spans = [[(b, at, at + n, w) for (b, at), w in zip(s + d, [False] * len(s) + [True] * len(d))] for n, s, d in moves]
@@ -337,7 +397,8 @@ def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, s
         if build_weight(low) > MAX_BUILD_WEIGHT:
             continue  # refused before any code is made (test_compiled_source)
         source = CupyBackend(ranks).source(program, kernel="compiled")
-        moves = source.count("var_move(") - 1 + source.count("move_one(OP_")  # the prologue defines var_move
+        # The prologue defines var_move and store_one.
+        moves = source.count("var_move(") - 1 + source.count("move_one(OP_") + source.count(EARLY)
         assert moves == int((low.ops["op"] != OP_NONE).sum())
         assert "const i64* __restrict__ counts) {" in source
         wild = [10**9, -5, *[inst.count] * len(inst.count_keys)][: len(inst.count_keys)]
@@ -349,8 +410,13 @@ def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, s
                 # Every op may run beside every other: none may touch what another writes.
                 assert not all_overlaps(expected), (name, strategy, ranks, params, counts)
                 for grid in (1, 3, 40):
-                    got = pooled_view(source, list(counts), grid) if POOLED in source else \
-                        flat_view(source, list(counts), grid)
+                    if POOLED in source:
+                        got = pooled_view(source, list(counts), grid)
+                    elif EARLY in source:
+                        windows = [int(op["count"]) for op in low.ops if int(op["op"]) != OP_NONE]
+                        got = early_view(source, list(counts), grid, windows)
+                    else:
+                        got = flat_view(source, list(counts), grid)
                     assert [g for g in got if g] == [e for e in expected if e[0]], (name, strategy, grid, counts)
                 continue
             got = generated_view(source, list(counts))
@@ -391,17 +457,23 @@ def test_a_launch_without_flags_pools_its_blocks_over_its_few_ops_and_one_with_m
 
 
 def test_a_small_launch_runs_flat_with_its_counts_in_registers_up_to_the_flat_bound():
-    def source(count: int) -> str:
-        inst = instantiate(load_builtin("all-gather-v"), 8, count, 4)
-        return CupyBackend(8).source(derive_program(inst, "push", "float32"), kernel="compiled")
+    def source(count: int, name: str = "all-gather-v", strategy: str = "push") -> str:
+        inst = instantiate(load_builtin(name), 8, count, 4)
+        redop = "sum" if inst.op == "reduce" else None
+        return CupyBackend(8).source(derive_program(inst, strategy, "float32", redop), kernel="compiled")
 
     most = FLAT_MAX_BYTES // (8 * 4)  # 8 ops, each a window of the capacity, 4 bytes an element
     small, edge, past = source(1001), source(most), source(most + 1)
     assert FLAT in small and FLAT in edge and POOLED in past and FLAT not in past
     body = small.split(FLAT, 1)[1]
-    # No barrier and no shared memory: each thread loads the 8 counts itself, then moves single elements.
+    # No barrier and no shared memory: each thread loads the 8 counts itself, then moves single elements;
+    # all-gather-v's sources start at 0 whatever the counts, so its loads go before the counts are back.
     assert "__syncthreads" not in body and SHARED not in body and len(_LOAD.findall(body)) == 8
-    assert "var_move(" not in body and body.count("move_one(OP_COPY, 0, 1, 8, src, dst); continue; }") == 8
+    assert "var_move(" not in body and "move_one(" not in body and body.count(EARLY) == 8
+    assert body.index("ld_one<S>") > body.index("__ldg(counts + 7)")  # issued after the counts' loads, not waiting
+    # reduce-scatter-v's sources lie past the counts before them: a thread finds its op from the counts first.
+    body = source(1001, "reduce-scatter-v", "direct").split(FLAT, 1)[1]
+    assert EARLY not in body and body.count("move_one(OP_REDUCE, 0, 8, 1, src, dst); continue; }") == 8
     # The counts' check runs on the grid's last thread, which has no element to move here, not on element 0's.
     assert "if (blockIdx.x == gridDim.x - 1 && threadIdx.x == blockDim.x - 1) {" in small
 

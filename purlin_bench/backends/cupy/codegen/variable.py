@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from purlin_bench.backends.cupy.codegen.lower import OFFSET_BITS, VAR_RECORD, Lowered
+from purlin_bench.backends.cupy.codegen.lower import OFFSET_BITS, OP_COPY, VAR_RECORD, Lowered
 
 # Appended to the generated kernel's prologue for a variable program only:
 # the fixed programs' source (and so their build cache) stays as it was.
@@ -45,6 +45,13 @@ __device__ __forceinline__ void var_move(int kind, i64 count, char* const (&src)
     for (int k = 0; k < ND; ++k) all &= ((u64)dst[k] & 15u) == mis;
     const int split = split_of(mis, srcs, srcs && all, ND);
     move_op<PURLIN_UNROLL>(kind, count, NS, ND, src, dst, split, head_of(split, mis, count), tid, stride);
+}
+
+// One element loaded before the call's counts were known, stored to every destination.
+template <int ND>
+__device__ __forceinline__ void store_one(S x, char* const (&dst)[ND]) {
+#pragma unroll
+    for (int d = 0; d < ND; ++d) *(S*)dst[d] = x;
 }
 """
 
@@ -336,6 +343,48 @@ def flat(vops: list[VarOp | None], itemsize: int) -> bool:
     return sum(v.window for v in vops if v is not None) * itemsize <= FLAT_MAX_BYTES
 
 
+def early(ops, vops: list[VarOp | None]) -> bool:
+    """Whether every op of a flat launch copies from a source whose address no count
+    moves (all-gather-v: each rank's input from 0), so its loads need not wait for
+    the counts (early_code)."""
+    moving = [k for k, v in enumerate(vops) if v is not None]
+    return bool(moving) and in_registers([vops[k] for k in moving]) and all(
+        int(ops[k]["op"]) == OP_COPY and int(ops[k]["nsrc"]) == 1 and not vops[k].slices[0].ids for k in moving
+    )
+
+
+def early_code(ops, vops: list[VarOp | None], caps: tuple[int, ...]) -> list[str]:
+    """A flat launch (flat_code) whose sources no count moves: thread g takes element
+    g of the ops' windows at capacity, laid end to end (constants), and loads it
+    before it reads the counts, which only say whether to store it and where. The
+    load and the counts' round trips overlap; a flat thread waited for the counts
+    to find its element's op. Elements past an op's count are loaded and dropped:
+    its source buffer holds the op's whole window."""
+    moving = [k for k, v in enumerate(vops) if v is not None]
+    used = [vops[k] for k in moving]
+    lines = list(count_loads(used, caps))
+    ends = [sum(vops[k].window for k in moving[: j + 1]) for j in range(len(moving))]
+    bound = ends[-1] + max(caps, default=0)
+    lines.append(f"    typedef {'int' if bound + (1 << 24) < 2**31 else 'i64'} pool_t;  // the elements' arithmetic")
+    for j, k in enumerate(moving):
+        lines.append(f"    const pool_t n{j} = {pool_count(vops[k], caps, True)};")
+    lines.append(
+        f"    for (pool_t g = (pool_t)(blockIdx.x * blockDim.x + threadIdx.x); g < {ends[-1]};"
+        " g += (pool_t)(gridDim.x * blockDim.x)) {"
+    )
+    for j, k in enumerate(moving):
+        start = ends[j - 1] if j else 0
+        dsts = ", ".join(_address(s, True, "i") for s in vops[k].slices[1:])
+        lines.append(
+            f"      if (g < {ends[j]}) {{ const pool_t i = g - {start};"
+            f" const S x = ld_one<S>((const S*)({_address(vops[k].slices[0], True, 'i')}));"
+            f" if (i < n{j}) {{ char* const dst[{len(vops[k].slices) - 1}] = {{{dsts}}}; store_one(x, dst); }}"
+            " continue; }"
+        )
+    lines.append("    }")
+    return lines
+
+
 def flat_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[int, str]) -> list[str]:
     """Every op of a pooled launch as one run of elements, element e of it
     taken by thread e of the grid (then e + the grid's threads): it finds
@@ -348,6 +397,8 @@ def flat_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[
     moving = [k for k, v in enumerate(vops) if v is not None]
     if not moving:
         return []
+    if early(ops, vops):
+        return early_code(ops, vops, caps)
     used = [vops[k] for k in moving]
     registers = in_registers(used)
     lines = [*([] if registers else [f"  __shared__ i64 {SHARED}[{len(caps)}];"]), *count_loads(used, caps)]
