@@ -299,11 +299,7 @@ def early_view(source: str, counts: list[int], threads: int, windows: list[int])
     g loads element g of the ops' ``windows`` laid end to end (each op's source read only
     inside its window), and stores it where its op's count takes it."""
     body = source.split(FLAT, 1)[1].split('extern "C"', 1)[0]
-    statements = []
-    for line in body.splitlines()[1:]:
-        found = next(((kind, m) for kind, rx in _EARLY_LINES if (m := rx.fullmatch(line.strip()))), None)
-        assert found, f"an early line the reader does not know: {line.strip()[:100]}"
-        statements.append(found)
+    statements = _statements(body, _EARLY_LINES, "early")
     loaded = _group_counts(body, counts)
     env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
     bits = 32 if any(k == "type" and m["type"] == "int" for k, m in statements) else 64
