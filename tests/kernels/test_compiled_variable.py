@@ -13,8 +13,9 @@ import pytest
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight, options_of
 from purlin_bench.backends.cupy.codegen.lower import OP_NONE, flag_id, lower
-from purlin_bench.backends.cupy.codegen import variable
-from purlin_bench.backends.cupy.codegen.variable import FLAT_MAX_BYTES, POOL_MAX_OPS, SHARED
+from purlin_bench.backends.cupy.codegen import flat
+from purlin_bench.backends.cupy.codegen.flat import FLAT_MAX_BYTES
+from purlin_bench.backends.cupy.codegen.variable import POOL_MAX_OPS, SHARED
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.spec.variable import DISTRIBUTIONS, draw_counts
 from purlin_bench.strategies import STRATEGIES
@@ -216,7 +217,7 @@ def pooled_view(source: str, counts: list[int], grid: int):
 
 
 FLAT = "every thread takes elements of every op"
-# The flat body's statements (variable.flat_code), each on its own line; as for the
+# The flat body's statements (flat.flat_code), each on its own line; as for the
 # pooled body, a line the reader does not know fails the test.
 _FLAT_LINES = [
     ("skip", re.compile(r"__shared__ i64 \w+\[\d+\];|__syncthreads\(\);.*|\}")),
@@ -236,7 +237,7 @@ _FLAT_LINES = [
 
 
 def flat_view(source: str, counts: list[int], threads: int):
-    """A flat kernel (variable.flat_code) run for ``counts`` by ``threads``
+    """A flat kernel (flat.flat_code) run for ``counts`` by ``threads``
     threads, statement by statement from its own text: each op as
     (count, sources, destinations) of its first element, or None where it
     moves nothing. Every element of an op must be moved once, by one thread,
@@ -278,7 +279,9 @@ def flat_view(source: str, counts: list[int], threads: int):
     return view
 
 
-EARLY = "store_one(x, dst);"  # a flat launch whose loads do not wait for the counts (variable.early_code)
+EARLY = "store_one(x, dst);"  # a flat launch whose loads do not wait for the counts (flat.early_code)
+_VALUE = r"char\* const src\[(?P<ns>\d+)\] = \{(?P<src>[^}]*)\}; const S x = value_one\(OP_\w+, 0, (?P=ns), src\);"
+_STORE = r"char\* const dst\[(?P<nd>\d+)\] = \{(?P<dst>[^}]*)\}; store_one\(x, dst\);"
 _EARLY_LINES = [
     ("skip", re.compile(r"const i64 c\d+ = clamp_count.*|\}")),
     ("type", re.compile(r"typedef (?P<type>int|i64) pool_t;.*")),
@@ -286,18 +289,25 @@ _EARLY_LINES = [
     ("loop", re.compile(
         r"for \(pool_t g = \(pool_t\)\(blockIdx\.x \* blockDim\.x \+ threadIdx\.x\); g < (?P<end>\d+);"
         r" g \+= \(pool_t\)\(gridDim\.x \* blockDim\.x\)\) \{")),
-    ("move", re.compile(
-        r"if \(g < (?P<end>\d+)\) \{ const pool_t i = g - (?P<start>\d+);"
-        r" const S x = ld_one<S>\(\(const S\*\)\((?P<src>[^;]*)\)\);"
-        r" if \(i < (?P<n>n\d+)\) \{ char\* const dst\[(?P<nd>\d+)\] = \{(?P<dst>[^}]*)\}; store_one\(x, dst\); \}"
-        r" continue; \}")),
+    # "sources": op k takes g from its start to its end, its element g - start loaded first.
+    ("span", re.compile(
+        r"if \(g < (?P<end>\d+)\) \{ const pool_t i = g - (?P<start>\d+); " + _VALUE
+        + r" if \(i < (?P<n>n\d+)\) \{ " + _STORE + r" \} continue; \}")),
+    # "run": element g of every source loaded first, its op then found by the counts as flat code finds it.
+    ("load", re.compile(_VALUE)),
+    ("index", re.compile(r"pool_t i = g;.*")),
+    ("store", re.compile(r"if \(i < (?P<n>n\d+)\) \{ " + _STORE + r" continue; \}")),
+    ("next", re.compile(r"i -= (?P<n>n\d+);")),
 ]
 
 
 def early_view(source: str, counts: list[int], threads: int, windows: list[int]):
-    """An early flat kernel (variable.early_code) run as flat_view runs a flat one: thread
-    g loads element g of the ops' ``windows`` laid end to end (each op's source read only
-    inside its window), and stores it where its op's count takes it."""
+    """An early flat kernel (flat.early_code) run as flat_view runs a flat one: thread g
+    loads element g of a run of the ops' ``windows`` (their lengths at capacity) laid
+    end to end, whatever the counts, and stores it where its op's count takes it, if
+    anywhere. "sources": op k's elements are g - start for start <= g < its end, read
+    only inside its window; "run": the loads' addresses move with g alone (no count),
+    and a thread finds its op as flat_view's do."""
     body = source.split(FLAT, 1)[1].split('extern "C"', 1)[0]
     statements = _statements(body, _EARLY_LINES, "early")
     loaded = _group_counts(body, counts)
@@ -306,31 +316,47 @@ def early_view(source: str, counts: list[int], threads: int, windows: list[int])
     for kind, m in statements:
         if kind == "let":
             env[m["name"]] = _pool_value(eval(_python(m["expr"]), env), bits)
-    moves = [m for kind, m in statements if kind == "move"]
+    spans = [m for kind, m in statements if kind == "span"]
+    (load,) = [m for kind, m in statements if kind == "load"] or [None]
+    stores = spans or [m for kind, m in statements if kind == "store"]
     (end,) = [int(m["end"]) for kind, m in statements if kind == "loop"]
-    # The ops' windows end to end, in order: op k's elements are g - start for start <= g < its end.
-    assert [(int(m["start"]), int(m["end"])) for m in moves] == [
-        (sum(windows[:k]), sum(windows[: k + 1])) for k in range(len(moves))] and end == sum(windows)
-    moved: list[dict] = [{} for _ in moves]
+    assert end == sum(windows) and bool(spans) != bool(load), (end, windows)
+    if spans:  # the ops' windows end to end, in order
+        assert [(int(m["start"]), int(m["end"])) for m in spans] == [
+            (sum(windows[:k]), sum(windows[: k + 1])) for k in range(len(spans))]
+    else:  # the counts walked in the ops' order, every op once
+        assert [m["n"] for kind, m in statements if kind == "next"] == [m["n"] for m in stores]
+        assert not re.search(rf"\bc\d+\b|{SHARED}\[", load["src"]), load["src"]  # no count moves a load
+    moved: list[dict] = [{} for _ in stores]
     for thread in range(threads):
         for g in range(thread, end, threads):
             _pool_value(g + threads, bits)
-            k = next(k for k, m in enumerate(moves) if g < int(m["end"]))
-            i = g - int(moves[k]["start"])
-            src = eval(_python(moves[k]["src"]), env | {"i": i})
-            if i < env[moves[k]["n"]]:
+            if spans:
+                k = next(k for k, m in enumerate(spans) if g < int(m["end"]))
+                i, m = g - int(spans[k]["start"]), spans[k]
+            else:
+                i, m = g, load
+                for k, store in enumerate(stores):
+                    if i < env[store["n"]]:
+                        break
+                    i -= env[store["n"]]
+                else:
+                    continue  # past the call's counts: loaded and dropped
+            src = [eval(_python(x), env | {"i": i, "g": g}) for x in m["src"].split(", ")]
+            if i < env[stores[k]["n"]]:
                 assert i not in moved[k], (k, i)
-                moved[k][i] = [src] + [eval(_python(x), env | {"i": i}) for x in moves[k]["dst"].split(", ")]
+                moved[k][i] = src + [eval(_python(x), env | {"i": i}) for x in stores[k]["dst"].split(", ")]
     view = []
-    for k, m in enumerate(moves):
-        assert sorted(moved[k]) == list(range(env[m["n"]])), (k, env[m["n"]])
-        assert int(m["nd"]) == m["dst"].count(", ") + 1, k
+    for k, store in enumerate(stores):
+        assert sorted(moved[k]) == list(range(env[store["n"]])), (k, env[store["n"]])
+        nsrc = int((load or store)["ns"])  # value_one's source count and each array's size agree (the regex)
+        assert (nsrc, int(store["nd"])) == ((load or store)["src"].count(", ") + 1, store["dst"].count(", ") + 1)
         if not moved[k]:
             view.append(None)
             continue
         first = moved[k][0]
         assert all(moved[k][i] == [(b, at + i) for b, at in first] for i in moved[k]), k
-        view.append((env[m["n"]], first[:1], first[1:]))
+        view.append((env[store["n"]], first[:nsrc], first[nsrc:]))
     return view
 
 
@@ -378,13 +404,13 @@ def reported(source: str, counts: list[int]) -> tuple[int, int] | None:
     return bad
 
 
-@pytest.mark.parametrize("flat_max", (variable.FLAT_MAX_BYTES, 0), ids=("flat", "pooled"))
+@pytest.mark.parametrize("flat_max", (flat.FLAT_MAX_BYTES, 0), ids=("flat", "pooled"))
 @pytest.mark.parametrize("name", VARIABLE)
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 @pytest.mark.parametrize("ranks", (1, 3, 5, 8))
 def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, strategy, ranks, flat_max, monkeypatch):
     # These small launches run flat; with no flat bound they show the pooled walk's code instead.
-    monkeypatch.setattr(variable, "FLAT_MAX_BYTES", flat_max)
+    monkeypatch.setattr(flat, "FLAT_MAX_BYTES", flat_max)
     inst = instantiate(load_builtin(name), ranks, 29, 4)
     rng = np.random.default_rng(ranks)
     for params in ({}, {"slice_bytes": 32, "channels": 2}):
@@ -453,10 +479,10 @@ def test_a_launch_without_flags_pools_its_blocks_over_its_few_ops_and_one_with_m
 
 
 def test_a_small_launch_runs_flat_with_its_counts_in_registers_up_to_the_flat_bound():
-    def source(count: int, name: str = "all-gather-v", strategy: str = "push") -> str:
-        inst = instantiate(load_builtin(name), 8, count, 4)
+    def source(count: int, name: str = "all-gather-v", strategy: str = "push", ranks: int = 8) -> str:
+        inst = instantiate(load_builtin(name), ranks, count, 4)
         redop = "sum" if inst.op == "reduce" else None
-        return CupyBackend(8).source(derive_program(inst, strategy, "float32", redop), kernel="compiled")
+        return CupyBackend(ranks).source(derive_program(inst, strategy, "float32", redop), kernel="compiled")
 
     most = FLAT_MAX_BYTES // (8 * 4)  # 8 ops, each a window of the capacity, 4 bytes an element
     small, edge, past = source(1001), source(most), source(most + 1)
@@ -466,16 +492,20 @@ def test_a_small_launch_runs_flat_with_its_counts_in_registers_up_to_the_flat_bo
     # all-gather-v's sources start at 0 whatever the counts, so its loads go before the counts are back.
     assert "__syncthreads" not in body and SHARED not in body and len(_LOAD.findall(body)) == 8
     assert "var_move(" not in body and "move_one(" not in body and body.count(EARLY) == 8
-    assert body.index("ld_one<S>") > body.index("__ldg(counts + 7)")  # issued after the counts' loads, not waiting
-    # reduce-scatter-v's sources lie past the counts before them: a thread finds its op from the counts first.
+    assert body.index("value_one(OP_COPY") > body.index("__ldg(counts + 7)")  # issued after the counts' loads
+    # reduce-scatter-v direct: op k's sources lie past the counts of ops 0..k-1, so element g of the
+    # call's run is element g of every input: all 8 loaded and summed once, before the counts say where it goes.
     body = source(1001, "reduce-scatter-v", "direct").split(FLAT, 1)[1]
-    assert EARLY not in body and body.count("move_one(OP_REDUCE, 0, 8, 1, src, dst); continue; }") == 8
+    assert "move_one(" not in body and body.count(EARLY) == 8 and body.count("value_one(OP_REDUCE, 0, 8, src)") == 1
+    # two-shot's ops (8 at 4 ranks) move parts of counts: each thread finds its op from the counts first.
+    body = source(5, "reduce-scatter-v", "two-shot", ranks=4).split(FLAT, 1)[1]
+    assert EARLY not in body and "move_one(OP_REDUCE, 0, 4, 1, src, dst); continue; }" in body
     # The counts' check runs on the grid's last thread, which has no element to move here, not on element 0's.
     assert "if (blockIdx.x == gridDim.x - 1 && threadIdx.x == blockDim.x - 1) {" in small
 
 
 def test_a_pooled_walk_is_32_bit_only_where_twice_its_weighted_capacity_fits(monkeypatch):
-    monkeypatch.setattr(variable, "FLAT_MAX_BYTES", 0)  # 1001 would run flat
+    monkeypatch.setattr(flat, "FLAT_MAX_BYTES", 0)  # 1001 would run flat
 
     def walk(count: int) -> str:
         inst = instantiate(load_builtin("all-gather-v"), 8, count, 4)
