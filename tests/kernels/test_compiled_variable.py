@@ -280,34 +280,49 @@ def flat_view(source: str, counts: list[int], threads: int):
 
 
 EARLY = "store_one(x, dst);"  # a flat launch whose loads do not wait for the counts (flat.early_code)
-_VALUE = r"char\* const src\[(?P<ns>\d+)\] = \{(?P<src>[^}]*)\}; const S x = value_one\(OP_\w+, 0, (?P=ns), src\);"
-_STORE = r"char\* const dst\[(?P<nd>\d+)\] = \{(?P<dst>[^}]*)\}; store_one\(x, dst\);"
+_SRC = r"char\* const src\[(?P<ns>\d+)\] = \{(?P<src>[^}]*)\}; return value_one\(OP_\w+, 0, (?P=ns), src\);"
+_DST = r"char\* const dst\[(?P<nd>\d+)\] = \{(?P<dst>[^}]*)\}; store_one\(x, dst\);"
+_SPAN = r"if \(g < (?P<end>\d+)\) \{ const pool_t i = g - (?P<start>\d+);"
+# The loops after a thread's first element, as the reader runs them (early_view): written out
+# here, not imported, so a change to them fails until the reader follows it.
+_EARLY_LOOPS = {
+    "sources": [
+        "for (;;) {  // the next element's loads in flight while this one is stored",
+        "const pool_t h = g + step; const S y = h < END ? load(h) : x; store(g, x);",
+        "if (h >= END) break; g = h; x = y;",
+    ],
+    "run": ["if (g < total) store(g, x);", "for (g += step; g < total; g += step) store(g, load(g));"],
+}
 _EARLY_LINES = [
-    ("skip", re.compile(r"const i64 c\d+ = clamp_count.*|\}")),
+    ("skip", re.compile(r"const i64 c\d+ = clamp_count.*|\}|\};")),
     ("type", re.compile(r"typedef (?P<type>int|i64) pool_t;.*")),
-    ("let", re.compile(r"const pool_t (?P<name>n\d+) = (?P<expr>.*);")),
-    ("loop", re.compile(
-        r"for \(pool_t g = \(pool_t\)\(blockIdx\.x \* blockDim\.x \+ threadIdx\.x\); g < (?P<end>\d+);"
-        r" g \+= \(pool_t\)\(gridDim\.x \* blockDim\.x\)\) \{")),
-    # "sources": op k takes g from its start to its end, its element g - start loaded first.
-    ("span", re.compile(
-        r"if \(g < (?P<end>\d+)\) \{ const pool_t i = g - (?P<start>\d+); " + _VALUE
-        + r" if \(i < (?P<n>n\d+)\) \{ " + _STORE + r" \} continue; \}")),
-    # "run": element g of every source loaded first, its op then found by the counts as flat code finds it.
-    ("load", re.compile(_VALUE)),
+    ("end", re.compile(r"const pool_t END = (?P<end>\d+), step = \(pool_t\)\(gridDim\.x \* blockDim\.x\);")),
+    ("skip", re.compile(re.escape("pool_t g = (pool_t)(blockIdx.x * blockDim.x + threadIdx.x);"))),
+    ("skip", re.compile(re.escape("if (g < END) {"))),
+    ("skip", re.compile(re.escape("auto load = [&](pool_t g) -> S {") + "  // .*")),
+    ("skip", re.compile(re.escape("S x = load(g);") + "  // .*")),
+    ("skip", re.compile(re.escape("auto store = [&](pool_t g, S x) {") + "  // .*")),
+    ("let", re.compile(r"const pool_t (?P<name>n\d+|total) = (?P<expr>.*);")),
+    # "sources": op k's span, from its start to its end, loaded and stored by constants and its count.
+    ("span-load", re.compile(_SPAN + " " + _SRC + r" \}")),
+    ("skip", re.compile(r"return S\(\);  // .*")),
+    ("span-store", re.compile(_SPAN + r" if \(i < (?P<n>n\d+)\) \{ " + _DST + r" \} return; \}")),
+    # "run": element g of every source, its op found by the counts as flat code finds it.
+    ("load", re.compile(_SRC)),
     ("index", re.compile(r"pool_t i = g;.*")),
-    ("store", re.compile(r"if \(i < (?P<n>n\d+)\) \{ " + _STORE + r" continue; \}")),
+    ("store", re.compile(r"if \(i < (?P<n>n\d+)\) \{ " + _DST + r" return; \}")),
     ("next", re.compile(r"i -= (?P<n>n\d+);")),
+    *[("loop", re.compile(re.escape(line))) for lines in _EARLY_LOOPS.values() for line in lines],
 ]
 
 
 def early_view(source: str, counts: list[int], threads: int, windows: list[int]):
-    """An early flat kernel (flat.early_code) run as flat_view runs a flat one: thread g
-    loads element g of a run of the ops' ``windows`` (their lengths at capacity) laid
-    end to end, whatever the counts, and stores it where its op's count takes it, if
-    anywhere. "sources": op k's elements are g - start for start <= g < its end, read
-    only inside its window; "run": the loads' addresses move with g alone (no count),
-    and a thread finds its op as flat_view's do."""
+    """An early flat kernel (flat.early_code) run as flat_view runs a flat one. Thread t
+    loads element t of a run of END elements whatever the counts, then the counts; its
+    later elements follow in steps of ``threads``: every one of END ("sources"), or
+    those under the counts' total ("run"). ``windows``: the ops' lengths at capacity.
+    "sources": op k's elements are g - start for start <= g < its end, the ops' windows
+    end to end; "run": the loads move with g alone (no count) over the windows' sum."""
     body = source.split(FLAT, 1)[1].split('extern "C"', 1)[0]
     statements = _statements(body, _EARLY_LINES, "early")
     loaded = _group_counts(body, counts)
@@ -316,41 +331,51 @@ def early_view(source: str, counts: list[int], threads: int, windows: list[int])
     for kind, m in statements:
         if kind == "let":
             env[m["name"]] = _pool_value(eval(_python(m["expr"]), env), bits)
-    spans = [m for kind, m in statements if kind == "span"]
-    (load,) = [m for kind, m in statements if kind == "load"] or [None]
-    stores = spans or [m for kind, m in statements if kind == "store"]
-    (end,) = [int(m["end"]) for kind, m in statements if kind == "loop"]
-    assert end == sum(windows) and bool(spans) != bool(load), (end, windows)
-    if spans:  # the ops' windows end to end, in order
-        assert [(int(m["start"]), int(m["end"])) for m in spans] == [
-            (sum(windows[:k]), sum(windows[: k + 1])) for k in range(len(spans))]
-    else:  # the counts walked in the ops' order, every op once
-        assert [m["n"] for kind, m in statements if kind == "next"] == [m["n"] for m in stores]
-        assert not re.search(rf"\bc\d+\b|{SHARED}\[", load["src"]), load["src"]  # no count moves a load
+    of = {kind: [m for k, m in statements if k == kind] for kind, _ in _EARLY_LINES}
+    (end,) = [int(m["end"]) for m in of["end"]]
+    how = "sources" if of["span-load"] else "run"
+    assert end == sum(windows) and [m.group(0) for m in of["loop"]] == _EARLY_LOOPS[how], how
+    if how == "sources":  # the ops' windows end to end, in order, the same spans for loads and stores
+        spans = [(sum(windows[:k]), sum(windows[: k + 1])) for k in range(len(windows))]
+        for rows in (of["span-load"], of["span-store"]):
+            assert [(int(m["start"]), int(m["end"])) for m in rows] == spans
+        loads, stores = of["span-load"], of["span-store"]
+    else:  # the counts walked in the ops' order, every op once; no count moves a load
+        (load,) = of["load"]
+        assert [m["n"] for m in of["next"]] == [m["n"] for m in of["store"]] and not of["span-store"]
+        assert not re.search(rf"\bc\d+\b|{SHARED}\[", load["src"]), load["src"]
+        loads, stores = [load] * len(of["store"]), of["store"]
+
+    def element(g: int) -> tuple[int, int] | None:
+        """(op, index) element g loads for and stores to, if it holds one this call."""
+        if how == "sources":
+            k = next(k for k, (a, b) in enumerate(spans) if g < b)
+            i = g - spans[k][0]
+            return (k, i) if i < env[stores[k]["n"]] else None
+        i = g
+        for k, m in enumerate(stores):
+            if i < env[m["n"]]:
+                return k, i
+            i -= env[m["n"]]
+        return None
+
     moved: list[dict] = [{} for _ in stores]
     for thread in range(threads):
-        for g in range(thread, end, threads):
+        after = range(thread, end, threads) if how == "sources" else range(thread, env.get("total", 0), threads)
+        for g in sorted({thread, *after} if thread < end else set()):
             _pool_value(g + threads, bits)
-            if spans:
-                k = next(k for k, m in enumerate(spans) if g < int(m["end"]))
-                i, m = g - int(spans[k]["start"]), spans[k]
-            else:
-                i, m = g, load
-                for k, store in enumerate(stores):
-                    if i < env[store["n"]]:
-                        break
-                    i -= env[store["n"]]
-                else:
-                    continue  # past the call's counts: loaded and dropped
-            src = [eval(_python(x), env | {"i": i, "g": g}) for x in m["src"].split(", ")]
-            if i < env[stores[k]["n"]]:
-                assert i not in moved[k], (k, i)
-                moved[k][i] = src + [eval(_python(x), env | {"i": i}) for x in stores[k]["dst"].split(", ")]
+            found = element(g)
+            if found is None:
+                continue  # loaded and dropped
+            k, i = found
+            at = env | {"i": i, "g": g}
+            assert i not in moved[k], (k, i)
+            moved[k][i] = [eval(_python(x), at) for x in loads[k]["src"].split(", ") + stores[k]["dst"].split(", ")]
     view = []
     for k, store in enumerate(stores):
         assert sorted(moved[k]) == list(range(env[store["n"]])), (k, env[store["n"]])
-        nsrc = int((load or store)["ns"])  # value_one's source count and each array's size agree (the regex)
-        assert (nsrc, int(store["nd"])) == ((load or store)["src"].count(", ") + 1, store["dst"].count(", ") + 1)
+        nsrc = int(loads[k]["ns"])  # value_one's source count and each array's size agree (the regex)
+        assert (nsrc, int(store["nd"])) == (loads[k]["src"].count(", ") + 1, store["dst"].count(", ") + 1)
         if not moved[k]:
             view.append(None)
             continue
@@ -492,11 +517,14 @@ def test_a_small_launch_runs_flat_with_its_counts_in_registers_up_to_the_flat_bo
     # all-gather-v's sources start at 0 whatever the counts, so its loads go before the counts are back.
     assert "__syncthreads" not in body and SHARED not in body and len(_LOAD.findall(body)) == 8
     assert "var_move(" not in body and "move_one(" not in body and body.count(EARLY) == 8
-    assert body.index("value_one(OP_COPY") > body.index("__ldg(counts + 7)")  # issued after the counts' loads
+    # The first element's load is written before the count loads, outside any loop: in a loop nvcc put the
+    # counts' clamps ahead of it, and the thread waited for the counts before it loaded (sm_90 SASS).
+    assert body.index("S x = load(g);") < body.index("__ldg(counts + 0)") < body.index("for (")
     # reduce-scatter-v direct: op k's sources lie past the counts of ops 0..k-1, so element g of the
     # call's run is element g of every input: all 8 loaded and summed once, before the counts say where it goes.
     body = source(1001, "reduce-scatter-v", "direct").split(FLAT, 1)[1]
     assert "move_one(" not in body and body.count(EARLY) == 8 and body.count("value_one(OP_REDUCE, 0, 8, src)") == 1
+    assert body.index("S x = load(g);") < body.index("__ldg(counts + 0)") < body.index("for (")
     # two-shot's ops (8 at 4 ranks) move parts of counts: each thread finds its op from the counts first.
     body = source(5, "reduce-scatter-v", "two-shot", ranks=4).split(FLAT, 1)[1]
     assert EARLY not in body and "move_one(OP_REDUCE, 0, 4, 1, src, dst); continue; }" in body

@@ -76,50 +76,81 @@ def early(ops, vops: list[VarOp | None], caps: tuple[int, ...]) -> str | None:
     return "run"
 
 
-def _stores(vop: VarOp, nsrc: int, index: str) -> str:
+def _store(vop: VarOp, nsrc: int, index: str) -> str:
     dsts = ", ".join(slice_address(s, True, index) for s in vop.slices[nsrc:])
     return f"char* const dst[{len(vop.slices) - nsrc}] = {{{dsts}}}; store_one(x, dst);"
 
 
-def _load(vop: VarOp, nsrc: int, kind: str, index: str) -> str:
+def _value(vop: VarOp, nsrc: int, kind: str, index: str) -> str:
     srcs = ", ".join(slice_address(s, True, index) for s in vop.slices[:nsrc])
-    return f"char* const src[{nsrc}] = {{{srcs}}}; const S x = value_one({kind}, 0, {nsrc}, src);"
+    return f"char* const src[{nsrc}] = {{{srcs}}}; return value_one({kind}, 0, {nsrc}, src);"
+
+
+# After the first element (early_code). "sources": every element of END in turn, element h's
+# load in flight while element g is stored, so a thread with two elements waits about one
+# round trip for both (a copy's load is used only by the next store). "run": the elements
+# the counts hold, as flat_code moves them (one round trip each: a reduction's adds wait
+# for its loads before the store).
+SOURCES_LOOP = [
+    "      for (;;) {  // the next element's loads in flight while this one is stored",
+    "        const pool_t h = g + step; const S y = h < END ? load(h) : x; store(g, x);",
+    "        if (h >= END) break; g = h; x = y;",
+    "      }",
+]
+RUN_LOOP = [
+    "      if (g < total) store(g, x);",
+    "      for (g += step; g < total; g += step) store(g, load(g));",
+]
 
 
 def early_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[int, str], how: str) -> list[str]:
     """A flat launch (flat_code) whose loads do not wait for the counts (``how``: early).
-    Thread g takes element g of a run of constant length: the ops' spans end to end
-    ("sources"), or the sources' elements up to the sum of the counts' capacities
-    ("run"). It loads (and reduces) that element first; the counts, loaded beside it,
-    only say whether to store it and where. A flat thread waited for the counts to
-    find its element's op before its loads. Elements past the call's counts are
-    loaded and dropped: at capacity the program reads them, so they lie in the buffers."""
+    Thread g takes element g of a run of constant length END: the ops' spans end to
+    end ("sources"), or the sources' elements up to the sum of the counts' capacities
+    ("run"). It loads (and reduces) its first element, then loads the counts; they
+    only say whether to store it and where, so the two round trips overlap. Its
+    other elements follow (SOURCES_LOOP, RUN_LOOP).
+
+    The first load is written before the count loads, outside any loop: in a loop,
+    nvcc hoisted the counts' clamps (loop-invariant) above the loop's loads, and the
+    thread waited for the counts before it loaded (sm_90 SASS). Elements past the
+    call's counts are loaded and dropped: at capacity the program reads them, so they
+    lie in the buffers."""
     moving = [k for k, v in enumerate(vops) if v is not None]
-    lines = list(count_loads([vops[k] for k in moving], caps))
     spans = [_span(vops[k], caps) for k in moving]
-    lines.append(pool_typedef(sum(spans) + max(caps, default=0) + GRID_SLACK, "the elements' arithmetic"))
-    for j, k in enumerate(moving):
-        lines.append(f"    const pool_t n{j} = {pool_count(vops[k], caps, True)};")
-    lines.append(
-        f"    for (pool_t g = (pool_t)(blockIdx.x * blockDim.x + threadIdx.x); g < {sum(spans)};"
-        " g += (pool_t)(gridDim.x * blockDim.x)) {"
-    )
+    end = sum(spans)
+    lines = [
+        pool_typedef(end + max(caps, default=0) + GRID_SLACK, "the elements' arithmetic"),
+        f"    const pool_t END = {end}, step = (pool_t)(gridDim.x * blockDim.x);",
+        "    pool_t g = (pool_t)(blockIdx.x * blockDim.x + threadIdx.x);",
+        "    if (g < END) {",
+        "      auto load = [&](pool_t g) -> S {  // element g's value, whatever the counts",
+    ]
+    kind = {k: kinds[int(ops[k]["op"])] for k in moving}
+    nsrc = {k: int(ops[k]["nsrc"]) for k in moving}
     if how == "sources":
         for j, k in enumerate(moving):
-            nsrc, kind = int(ops[k]["nsrc"]), kinds[int(ops[k]["op"])]
-            lines.append(
-                f"      if (g < {sum(spans[: j + 1])}) {{ const pool_t i = g - {sum(spans[:j])};"
-                f" {_load(vops[k], nsrc, kind, 'i')} if (i < n{j}) {{ {_stores(vops[k], nsrc, 'i')} }} continue; }}"
-            )
-    else:
-        first = vops[moving[0]]  # its sources lie past no count: element g of every source buffer
-        nsrc, kind = int(ops[moving[0]]["nsrc"]), kinds[int(ops[moving[0]]["op"])]
-        lines.append(f"      {_load(first, nsrc, kind, 'g')}")
-        lines.append("      pool_t i = g;  // the element's index in its op")
+            lines.append(f"        if (g < {sum(spans[: j + 1])}) {{ const pool_t i = g - {sum(spans[:j])};"
+                         f" {_value(vops[k], nsrc[k], kind[k], 'i')} }}")
+        lines.append("        return S();  // past END: never asked for")
+    else:  # op 0's sources lie past no count: element g of the run is element g of each
+        lines.append(f"        {_value(vops[moving[0]], nsrc[moving[0]], kind[moving[0]], 'g')}")
+    lines += ["      };", "      S x = load(g);  // before the counts' loads: the round trips overlap"]
+    lines += ["  " + line for line in count_loads([vops[k] for k in moving], caps)]
+    lines += [f"      const pool_t n{j} = {pool_count(vops[k], caps, True)};" for j, k in enumerate(moving)]
+    if how == "run":
+        lines.append(f"      const pool_t total = {' + '.join(f'n{j}' for j in range(len(moving)))};")
+    lines.append("      auto store = [&](pool_t g, S x) {  // where the counts take element g, if anywhere")
+    if how == "sources":
         for j, k in enumerate(moving):
-            lines.append(f"      if (i < n{j}) {{ {_stores(vops[k], nsrc, 'i')} continue; }}")
-            lines.append(f"      i -= n{j};")
-    lines.append("    }")
+            lines.append(f"        if (g < {sum(spans[: j + 1])}) {{ const pool_t i = g - {sum(spans[:j])};"
+                         f" if (i < n{j}) {{ {_store(vops[k], nsrc[k], 'i')} }} return; }}")
+    else:
+        lines.append("        pool_t i = g;  // the element's index in its op")
+        for j, k in enumerate(moving):
+            lines.append(f"        if (i < n{j}) {{ {_store(vops[k], nsrc[k], 'i')} return; }}")
+            lines.append(f"        i -= n{j};")
+    lines += ["      };", *(SOURCES_LOOP if how == "sources" else RUN_LOOP), "    }"]
     return lines
 
 
