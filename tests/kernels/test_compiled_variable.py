@@ -12,10 +12,10 @@ import pytest
 
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight, options_of
-from purlin_bench.backends.cupy.codegen.lower import OP_NONE, flag_id, lower
+from purlin_bench.backends.cupy.codegen.lower import OP_COPY, OP_NONE, OP_REDUCE, flag_id, lower
 from purlin_bench.backends.cupy.codegen import flat
 from purlin_bench.backends.cupy.codegen.flat import FLAT_MAX_BYTES
-from purlin_bench.backends.cupy.codegen.variable import POOL_MAX_OPS, SHARED
+from purlin_bench.backends.cupy.codegen.variable import POOL_MAX_OPS, SHARED, VarOp, VarSlice
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.spec.variable import DISTRIBUTIONS, draw_counts
 from purlin_bench.strategies import STRATEGIES
@@ -530,6 +530,31 @@ def test_a_small_launch_runs_flat_with_its_counts_in_registers_up_to_the_flat_bo
     assert EARLY not in body and "move_one(OP_REDUCE, 0, 4, 1, src, dst); continue; }" in body
     # The counts' check runs on the grid's last thread, which has no element to move here, not on element 0's.
     assert "if (blockIdx.x == gridDim.x - 1 && threadIdx.x == blockDim.x - 1) {" in small
+
+
+def test_a_flat_launch_loads_before_its_counts_only_where_no_count_moves_its_loads():
+    caps = (4, 4, 4)
+
+    def run(j: int, offset: int = 0, base: int = 0, window: int = 4, at: int = 0) -> VarOp:
+        """Op j of a reduce-scatter-v-like run: two sources past the counts of ops 0..j-1."""
+        before = tuple(range(j))
+        sources = (VarSlice(base, offset, before), VarSlice(3, offset, before))
+        return VarOp(j, at, window, (*sources, VarSlice(6 + j, 0, ())))
+
+    def ops(*kinds: int) -> list[dict]:
+        return [{"op": k, "nsrc": 2} for k in kinds]
+
+    reduce3 = ops(OP_REDUCE, OP_REDUCE, OP_REDUCE)
+    assert flat.early(reduce3, [run(0), run(1), run(2)], caps) == "run"
+    assert flat.early(reduce3, [run(0), None, run(2)], caps) is None  # op 2 lies past a count no op before it moves
+    assert flat.early(ops(OP_REDUCE, OP_COPY, OP_REDUCE), [run(0), run(1), run(2)], caps) is None  # one load, one kind
+    assert flat.early(reduce3, [run(0), run(1, window=3), run(2)], caps) is None  # op 1 moves part of its count
+    assert flat.early(reduce3, [run(0), run(1, at=1), run(2)], caps) is None
+    assert flat.early(reduce3, [run(0), run(1, offset=1), run(2)], caps) is None  # not where op 0's run goes on
+    assert flat.early(reduce3, [run(0), run(1, base=9), run(2)], caps) is None
+    # No count moves any source: each op's window is known before the counts (all-gather-v).
+    fixed = [VarOp(j, 0, 4, (VarSlice(j, 0, ()), VarSlice(9, 0, tuple(range(j))))) for j in range(3)]
+    assert flat.early([{"op": OP_COPY, "nsrc": 1}] * 3, fixed, caps) == "sources"
 
 
 def test_a_pooled_walk_is_32_bit_only_where_twice_its_weighted_capacity_fits(monkeypatch):

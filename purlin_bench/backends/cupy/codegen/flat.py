@@ -66,7 +66,9 @@ def early(ops, vops: list[VarOp | None], caps: tuple[int, ...]) -> str | None:
     nsrc = [int(ops[k]["nsrc"]) for k, v in enumerate(vops) if v is not None]
     if all(not s.ids for v, n in zip(moving, nsrc) for s in v.slices[:n]):
         return "sources"
-    if len(set(nsrc)) != 1 or not all(_whole(v, caps) for v in moving):
+    kinds = {int(ops[k]["op"]) for k, v in enumerate(vops) if v is not None}
+    # One load serves every op: the same sources, moved the same way.
+    if len(set(nsrc)) != 1 or len(kinds) != 1 or not all(_whole(v, caps) for v in moving):
         return None
     for j, v in enumerate(moving):
         before = sorted(u.clip for u in moving[:j])
