@@ -517,6 +517,10 @@ def test_a_small_launch_runs_flat_with_its_counts_in_registers_up_to_the_flat_bo
     # all-gather-v's sources start at 0 whatever the counts, so its loads go before the counts are back.
     assert "__syncthreads" not in body and SHARED not in body and len(_LOAD.findall(body)) == 8
     assert "var_move(" not in body and "move_one(" not in body and body.count(EARLY) == 8
+    # Past EARLY_SOURCES_MAX_BYTES of spans a flat all-gather-v waits for its counts, then walks only them.
+    most = flat.EARLY_SOURCES_MAX_BYTES // (8 * 4)
+    assert EARLY in source(most).split(FLAT, 1)[1] and EARLY not in source(most + 1).split(FLAT, 1)[1]
+    assert "move_one(OP_COPY, 0, 1, 8, src, dst); continue; }" in source(most + 1).split(FLAT, 1)[1]
     # The first element's load is written before the count loads, outside any loop: in a loop nvcc put the
     # counts' clamps ahead of it, and the thread waited for the counts before it loaded (sm_90 SASS).
     assert body.index("S x = load(g);") < body.index("__ldg(counts + 0)") < body.index("for (")
@@ -545,16 +549,22 @@ def test_a_flat_launch_loads_before_its_counts_only_where_no_count_moves_its_loa
         return [{"op": k, "nsrc": 2} for k in kinds]
 
     reduce3 = ops(OP_REDUCE, OP_REDUCE, OP_REDUCE)
-    assert flat.early(reduce3, [run(0), run(1), run(2)], caps) == "run"
-    assert flat.early(reduce3, [run(0), None, run(2)], caps) is None  # op 2 lies past a count no op before it moves
-    assert flat.early(ops(OP_REDUCE, OP_COPY, OP_REDUCE), [run(0), run(1), run(2)], caps) is None  # one load, one kind
-    assert flat.early(reduce3, [run(0), run(1, window=3), run(2)], caps) is None  # op 1 moves part of its count
-    assert flat.early(reduce3, [run(0), run(1, at=1), run(2)], caps) is None
-    assert flat.early(reduce3, [run(0), run(1, offset=1), run(2)], caps) is None  # not where op 0's run goes on
-    assert flat.early(reduce3, [run(0), run(1, base=9), run(2)], caps) is None
+    assert flat.early(reduce3, [run(0), run(1), run(2)], caps, 4) == "run"
+    assert flat.early(reduce3, [run(0), None, run(2)], caps, 4) is None  # op 2 lies past a count no op before it moves
+    mixed = ops(OP_REDUCE, OP_COPY, OP_REDUCE)
+    assert flat.early(mixed, [run(0), run(1), run(2)], caps, 4) is None  # one load, one kind
+    assert flat.early(reduce3, [run(0), run(1, window=3), run(2)], caps, 4) is None  # op 1 moves part of its count
+    assert flat.early(reduce3, [run(0), run(1, at=1), run(2)], caps, 4) is None
+    assert flat.early(reduce3, [run(0), run(1, offset=1), run(2)], caps, 4) is None  # not where op 0's run goes on
+    assert flat.early(reduce3, [run(0), run(1, base=9), run(2)], caps, 4) is None
     # No count moves any source: each op's window is known before the counts (all-gather-v).
     fixed = [VarOp(j, 0, 4, (VarSlice(j, 0, ()), VarSlice(9, 0, tuple(range(j))))) for j in range(3)]
-    assert flat.early([{"op": OP_COPY, "nsrc": 1}] * 3, fixed, caps) == "sources"
+    assert flat.early([{"op": OP_COPY, "nsrc": 1}] * 3, fixed, caps, 4) == "sources"
+    # ... up to EARLY_SOURCES_MAX_BYTES of spans: past it the loads of elements no count holds cost more.
+    wide = [VarOp(j, 0, flat.EARLY_SOURCES_MAX_BYTES // 12, v.slices) for j, v in enumerate(fixed)]
+    wide_caps = (flat.EARLY_SOURCES_MAX_BYTES,) * 3
+    assert flat.early([{"op": OP_COPY, "nsrc": 1}] * 3, wide, wide_caps, 4) == "sources"
+    assert flat.early([{"op": OP_COPY, "nsrc": 1}] * 3, wide, wide_caps, 8) is None
 
 
 def test_a_pooled_walk_is_32_bit_only_where_twice_its_weighted_capacity_fits(monkeypatch):

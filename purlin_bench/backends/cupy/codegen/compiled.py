@@ -397,7 +397,7 @@ def generate(
     if sized is not None and not flagged and not jitter and variable.pools(groups, ops, sized[0], where):
         if flat.flat(sized[0], layout.itemsize):
             out.append("  // every thread takes elements of every op, one at a time (flat.flat_code)")
-            out.extend(flat.flat_code(ops, sized[0], sized[1], _KIND))
+            out.extend(flat.flat_code(ops, sized[0], sized[1], _KIND, layout.itemsize))
         else:
             out.append("  // every block takes its share of every op (variable.pooled_code)")
             out.extend(variable.pooled_code(ops, sized[0], sized[1], _KIND))

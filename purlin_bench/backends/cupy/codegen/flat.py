@@ -31,6 +31,13 @@ from purlin_bench.backends.cupy.codegen.variable import (
 # and 17 MB) and reduce-scatter-v's at 4 MiB.
 FLAT_MAX_BYTES = 2 << 20
 
+# "sources" loads every element of the ops' spans at capacity, the ones past the counts too
+# (dropped): past this many bytes of spans those loads cost more than the round trip they
+# hide. Session 27 (H100, 8 virtual ranks, early against flat in one call): early won
+# all-gather-v by 0.3-1.1 us from 64 B to 4 KiB S, tied at 16 and 64 KiB, and lost from
+# 256 KiB S (skewed 4.09 against 3.01 us, 1 MB of spans; uniform 3.51 against 2.90, 0.5 MB).
+EARLY_SOURCES_MAX_BYTES = 256 << 10
+
 # The loop's largest value is the total plus the grid's threads: a group's blocks are at
 # most 32 of 512 threads (runtime/sizing.py), so 2**24 covers a thousand groups.
 GRID_SLACK = 1 << 24
@@ -51,11 +58,12 @@ def _whole(vop: VarOp, caps: tuple[int, ...]) -> bool:
     return vop.clip is not None and vop.at == 0 and vop.window >= caps[vop.clip]
 
 
-def early(ops, vops: list[VarOp | None], caps: tuple[int, ...]) -> str | None:
+def early(ops, vops: list[VarOp | None], caps: tuple[int, ...], itemsize: int) -> str | None:
     """How a flat launch's loads may go before its counts come back (early_code), or None:
 
     - "sources": no count moves any op's sources (all-gather-v: each rank's input from 0),
       so element g of the ops' spans laid end to end (constants) has known addresses;
+      only up to EARLY_SOURCES_MAX_BYTES of spans;
     - "run": every op moves its whole count and its sources lie where the counts of the
       ops before it end (reduce-scatter-v direct: element e of the call's run is element
       e of every source buffer), so element g of the sources needs no count either.
@@ -65,7 +73,8 @@ def early(ops, vops: list[VarOp | None], caps: tuple[int, ...]) -> str | None:
         return None
     nsrc = [int(ops[k]["nsrc"]) for k, v in enumerate(vops) if v is not None]
     if all(not s.ids for v, n in zip(moving, nsrc) for s in v.slices[:n]):
-        return "sources"
+        spans = sum(_span(vops[k], caps) for k, v in enumerate(vops) if v is not None)
+        return "sources" if spans * itemsize <= EARLY_SOURCES_MAX_BYTES else None
     kinds = {int(ops[k]["op"]) for k, v in enumerate(vops) if v is not None}
     # One load serves every op: the same sources, moved the same way.
     if len(set(nsrc)) != 1 or len(kinds) != 1 or not all(_whole(v, caps) for v in moving):
@@ -156,7 +165,8 @@ def early_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict
     return lines
 
 
-def flat_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[int, str]) -> list[str]:
+def flat_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[int, str],
+              itemsize: int) -> list[str]:
     """Every op of a pooled launch as one run of elements, element e of it
     taken by thread e of the grid (then e + the grid's threads): it finds
     its op by the counts before it and moves that one element (snac.cu
@@ -164,7 +174,7 @@ def flat_code(ops, vops: list[VarOp | None], caps: tuple[int, ...], kinds: dict[
     moving = [k for k, v in enumerate(vops) if v is not None]
     if not moving:
         return []
-    how = early(ops, vops, caps)
+    how = early(ops, vops, caps, itemsize)
     if how:
         return early_code(ops, vops, caps, kinds, how)
     used = [vops[k] for k in moving]
