@@ -292,8 +292,9 @@ __device__ __forceinline__ void load_vecs(Vec (&x)[U], const char* base, i64 hea
     }
 }
 
-// One element: copies move the stored bits untouched; reductions go through A.
-__device__ __forceinline__ void move_one(int kind, i64 i, int nsrc, int ndst, char* const* src, char* const* dst) {
+// One element's value: a copy's stored bits untouched; a reduction's sources
+// through A, combined in their order and rounded once.
+__device__ __forceinline__ S value_one(int kind, i64 i, int nsrc, char* const* src) {
     S out;
     if (IS_REDUCE(kind)) {
         // SHORT_BATCH sources' loads are issued before the first is combined:
@@ -312,6 +313,12 @@ __device__ __forceinline__ void move_one(int kind, i64 i, int nsrc, int ndst, ch
     } else {
         out = ld_one<S>((const S*)src[0] + i);
     }
+    return out;
+}
+
+// One element, loaded (value_one) and stored to every destination.
+__device__ __forceinline__ void move_one(int kind, i64 i, int nsrc, int ndst, char* const* src, char* const* dst) {
+    const S out = value_one(kind, i, nsrc, src);
     for (int d = 0; d < ndst; ++d) ((S*)dst[d])[i] = out;
 }
 

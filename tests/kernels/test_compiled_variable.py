@@ -12,9 +12,10 @@ import pytest
 
 from purlin_bench.backends.cupy import CupyBackend
 from purlin_bench.backends.cupy.codegen.compiled import MAX_BUILD_WEIGHT, build_weight, options_of
-from purlin_bench.backends.cupy.codegen.lower import OP_NONE, flag_id, lower
-from purlin_bench.backends.cupy.codegen import variable
-from purlin_bench.backends.cupy.codegen.variable import FLAT_MAX_BYTES, POOL_MAX_OPS, SHARED
+from purlin_bench.backends.cupy.codegen.lower import OP_COPY, OP_NONE, OP_REDUCE, flag_id, lower
+from purlin_bench.backends.cupy.codegen import flat
+from purlin_bench.backends.cupy.codegen.flat import FLAT_MAX_BYTES
+from purlin_bench.backends.cupy.codegen.variable import POOL_MAX_OPS, SHARED, VarOp, VarSlice
 from purlin_bench.spec import instantiate, load_builtin
 from purlin_bench.spec.variable import DISTRIBUTIONS, draw_counts
 from purlin_bench.strategies import STRATEGIES
@@ -216,7 +217,7 @@ def pooled_view(source: str, counts: list[int], grid: int):
 
 
 FLAT = "every thread takes elements of every op"
-# The flat body's statements (variable.flat_code), each on its own line; as for the
+# The flat body's statements (flat.flat_code), each on its own line; as for the
 # pooled body, a line the reader does not know fails the test.
 _FLAT_LINES = [
     ("skip", re.compile(r"__shared__ i64 \w+\[\d+\];|__syncthreads\(\);.*|\}")),
@@ -236,7 +237,7 @@ _FLAT_LINES = [
 
 
 def flat_view(source: str, counts: list[int], threads: int):
-    """A flat kernel (variable.flat_code) run for ``counts`` by ``threads``
+    """A flat kernel (flat.flat_code) run for ``counts`` by ``threads``
     threads, statement by statement from its own text: each op as
     (count, sources, destinations) of its first element, or None where it
     moves nothing. Every element of an op must be moved once, by one thread,
@@ -275,6 +276,112 @@ def flat_view(source: str, counts: list[int], threads: int):
         nsrc = int(m["ns"])  # move_one's source and destination counts are its arrays' sizes (the regex)
         assert (nsrc, int(m["nd"])) == (m["src"].count(", ") + 1, m["dst"].count(", ") + 1), k
         view.append((env[n], first[:nsrc], first[nsrc:]))
+    return view
+
+
+EARLY = "store_one(x, dst);"  # a flat launch whose loads do not wait for the counts (flat.early_code)
+_SRC = r"char\* const src\[(?P<ns>\d+)\] = \{(?P<src>[^}]*)\}; return value_one\(OP_\w+, 0, (?P=ns), src\);"
+_DST = r"char\* const dst\[(?P<nd>\d+)\] = \{(?P<dst>[^}]*)\}; store_one\(x, dst\);"
+_SPAN = r"if \(g < (?P<end>\d+)\) \{ const pool_t i = g - (?P<start>\d+);"
+# The loops after a thread's first element, as the reader runs them (early_view): written out
+# here, not imported, so a change to them fails until the reader follows it.
+_EARLY_LOOPS = {
+    "sources": [
+        "for (;;) {  // the next element's loads in flight while this one is stored",
+        "const pool_t h = g + step; const S y = h < END ? load(h) : x; store(g, x);",
+        "if (h >= END) break; g = h; x = y;",
+    ],
+    "run": ["if (g < total) store(g, x);", "for (g += step; g < total; g += step) store(g, load(g));"],
+}
+_EARLY_LINES = [
+    ("skip", re.compile(r"const i64 c\d+ = clamp_count.*|\}|\};")),
+    ("type", re.compile(r"typedef (?P<type>int|i64) pool_t;.*")),
+    ("end", re.compile(r"const pool_t END = (?P<end>\d+), step = \(pool_t\)\(gridDim\.x \* blockDim\.x\);")),
+    ("skip", re.compile(re.escape("pool_t g = (pool_t)(blockIdx.x * blockDim.x + threadIdx.x);"))),
+    ("skip", re.compile(re.escape("if (g < END) {"))),
+    ("skip", re.compile(re.escape("auto load = [&](pool_t g) -> S {") + "  // .*")),
+    ("skip", re.compile(re.escape("S x = load(g);") + "  // .*")),
+    ("skip", re.compile(re.escape("auto store = [&](pool_t g, S x) {") + "  // .*")),
+    ("let", re.compile(r"const pool_t (?P<name>n\d+|total) = (?P<expr>.*);")),
+    # "sources": op k's span, from its start to its end, loaded and stored by constants and its count.
+    ("span-load", re.compile(_SPAN + " " + _SRC + r" \}")),
+    ("skip", re.compile(r"return S\(\);  // .*")),
+    ("span-store", re.compile(_SPAN + r" if \(i < (?P<n>n\d+)\) \{ " + _DST + r" \} return; \}")),
+    # "run": element g of every source, its op found by the counts as flat code finds it.
+    ("load", re.compile(_SRC)),
+    ("index", re.compile(r"pool_t i = g;.*")),
+    ("store", re.compile(r"if \(i < (?P<n>n\d+)\) \{ " + _DST + r" return; \}")),
+    ("next", re.compile(r"i -= (?P<n>n\d+);")),
+    *[("loop", re.compile(re.escape(line))) for lines in _EARLY_LOOPS.values() for line in lines],
+]
+
+
+def early_view(source: str, counts: list[int], threads: int, windows: list[int]):
+    """An early flat kernel (flat.early_code) run as flat_view runs a flat one. Thread t
+    loads element t of a run of END elements whatever the counts, then the counts; its
+    later elements follow in steps of ``threads``: every one of END ("sources"), or
+    those under the counts' total ("run"). ``windows``: the ops' lengths at capacity.
+    "sources": op k's elements are g - start for start <= g < its end, the ops' windows
+    end to end; "run": the loads move with g alone (no count) over the windows' sum."""
+    body = source.split(FLAT, 1)[1].split('extern "C"', 1)[0]
+    statements = _statements(body, _EARLY_LINES, "early")
+    loaded = _group_counts(body, counts)
+    env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
+    bits = 32 if any(k == "type" and m["type"] == "int" for k, m in statements) else 64
+    for kind, m in statements:
+        if kind == "let":
+            env[m["name"]] = _pool_value(eval(_python(m["expr"]), env), bits)
+    of = {kind: [m for k, m in statements if k == kind] for kind, _ in _EARLY_LINES}
+    (end,) = [int(m["end"]) for m in of["end"]]
+    how = "sources" if of["span-load"] else "run"
+    assert end == sum(windows) and [m.group(0) for m in of["loop"]] == _EARLY_LOOPS[how], how
+    if how == "sources":  # the ops' windows end to end, in order, the same spans for loads and stores
+        spans = [(sum(windows[:k]), sum(windows[: k + 1])) for k in range(len(windows))]
+        for rows in (of["span-load"], of["span-store"]):
+            assert [(int(m["start"]), int(m["end"])) for m in rows] == spans
+        loads, stores = of["span-load"], of["span-store"]
+    else:  # the counts walked in the ops' order, every op once; no count moves a load
+        (load,) = of["load"]
+        assert [m["n"] for m in of["next"]] == [m["n"] for m in of["store"]] and not of["span-store"]
+        assert not re.search(rf"\bc\d+\b|{SHARED}\[", load["src"]), load["src"]
+        loads, stores = [load] * len(of["store"]), of["store"]
+
+    def element(g: int) -> tuple[int, int] | None:
+        """(op, index) element g loads for and stores to, if it holds one this call."""
+        if how == "sources":
+            k = next(k for k, (a, b) in enumerate(spans) if g < b)
+            i = g - spans[k][0]
+            return (k, i) if i < env[stores[k]["n"]] else None
+        i = g
+        for k, m in enumerate(stores):
+            if i < env[m["n"]]:
+                return k, i
+            i -= env[m["n"]]
+        return None
+
+    moved: list[dict] = [{} for _ in stores]
+    for thread in range(threads):
+        after = range(thread, end, threads) if how == "sources" else range(thread, env.get("total", 0), threads)
+        for g in sorted({thread, *after} if thread < end else set()):
+            _pool_value(g + threads, bits)
+            found = element(g)
+            if found is None:
+                continue  # loaded and dropped
+            k, i = found
+            at = env | {"i": i, "g": g}
+            assert i not in moved[k], (k, i)
+            moved[k][i] = [eval(_python(x), at) for x in loads[k]["src"].split(", ") + stores[k]["dst"].split(", ")]
+    view = []
+    for k, store in enumerate(stores):
+        assert sorted(moved[k]) == list(range(env[store["n"]])), (k, env[store["n"]])
+        nsrc = int(loads[k]["ns"])  # value_one's source count and each array's size agree (the regex)
+        assert (nsrc, int(store["nd"])) == (loads[k]["src"].count(", ") + 1, store["dst"].count(", ") + 1)
+        if not moved[k]:
+            view.append(None)
+            continue
+        first = moved[k][0]
+        assert all(moved[k][i] == [(b, at + i) for b, at in first] for i in moved[k]), k
+        view.append((env[store["n"]], first[:nsrc], first[nsrc:]))
     return view
 
 
@@ -322,13 +429,13 @@ def reported(source: str, counts: list[int]) -> tuple[int, int] | None:
     return bad
 
 
-@pytest.mark.parametrize("flat_max", (variable.FLAT_MAX_BYTES, 0), ids=("flat", "pooled"))
+@pytest.mark.parametrize("flat_max", (flat.FLAT_MAX_BYTES, 0), ids=("flat", "pooled"))
 @pytest.mark.parametrize("name", VARIABLE)
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 @pytest.mark.parametrize("ranks", (1, 3, 5, 8))
 def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, strategy, ranks, flat_max, monkeypatch):
     # These small launches run flat; with no flat bound they show the pooled walk's code instead.
-    monkeypatch.setattr(variable, "FLAT_MAX_BYTES", flat_max)
+    monkeypatch.setattr(flat, "FLAT_MAX_BYTES", flat_max)
     inst = instantiate(load_builtin(name), ranks, 29, 4)
     rng = np.random.default_rng(ranks)
     for params in ({}, {"slice_bytes": 32, "channels": 2}):
@@ -337,7 +444,8 @@ def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, s
         if build_weight(low) > MAX_BUILD_WEIGHT:
             continue  # refused before any code is made (test_compiled_source)
         source = CupyBackend(ranks).source(program, kernel="compiled")
-        moves = source.count("var_move(") - 1 + source.count("move_one(OP_")  # the prologue defines var_move
+        # The prologue defines var_move and store_one.
+        moves = source.count("var_move(") - 1 + source.count("move_one(OP_") + source.count(EARLY)
         assert moves == int((low.ops["op"] != OP_NONE).sum())
         assert "const i64* __restrict__ counts) {" in source
         wild = [10**9, -5, *[inst.count] * len(inst.count_keys)][: len(inst.count_keys)]
@@ -349,8 +457,13 @@ def test_the_generated_code_sizes_every_slice_as_the_program_resolves_it(name, s
                 # Every op may run beside every other: none may touch what another writes.
                 assert not all_overlaps(expected), (name, strategy, ranks, params, counts)
                 for grid in (1, 3, 40):
-                    got = pooled_view(source, list(counts), grid) if POOLED in source else \
-                        flat_view(source, list(counts), grid)
+                    if POOLED in source:
+                        got = pooled_view(source, list(counts), grid)
+                    elif EARLY in source:
+                        windows = [int(op["count"]) for op in low.ops if int(op["op"]) != OP_NONE]
+                        got = early_view(source, list(counts), grid, windows)
+                    else:
+                        got = flat_view(source, list(counts), grid)
                     assert [g for g in got if g] == [e for e in expected if e[0]], (name, strategy, grid, counts)
                 continue
             got = generated_view(source, list(counts))
@@ -391,23 +504,71 @@ def test_a_launch_without_flags_pools_its_blocks_over_its_few_ops_and_one_with_m
 
 
 def test_a_small_launch_runs_flat_with_its_counts_in_registers_up_to_the_flat_bound():
-    def source(count: int) -> str:
-        inst = instantiate(load_builtin("all-gather-v"), 8, count, 4)
-        return CupyBackend(8).source(derive_program(inst, "push", "float32"), kernel="compiled")
+    def source(count: int, name: str = "all-gather-v", strategy: str = "push", ranks: int = 8) -> str:
+        inst = instantiate(load_builtin(name), ranks, count, 4)
+        redop = "sum" if inst.op == "reduce" else None
+        return CupyBackend(ranks).source(derive_program(inst, strategy, "float32", redop), kernel="compiled")
 
     most = FLAT_MAX_BYTES // (8 * 4)  # 8 ops, each a window of the capacity, 4 bytes an element
     small, edge, past = source(1001), source(most), source(most + 1)
     assert FLAT in small and FLAT in edge and POOLED in past and FLAT not in past
     body = small.split(FLAT, 1)[1]
-    # No barrier and no shared memory: each thread loads the 8 counts itself, then moves single elements.
+    # No barrier and no shared memory: each thread loads the 8 counts itself, then moves single elements;
+    # all-gather-v's sources start at 0 whatever the counts, so its loads go before the counts are back.
     assert "__syncthreads" not in body and SHARED not in body and len(_LOAD.findall(body)) == 8
-    assert "var_move(" not in body and body.count("move_one(OP_COPY, 0, 1, 8, src, dst); continue; }") == 8
+    assert "var_move(" not in body and "move_one(" not in body and body.count(EARLY) == 8
+    # Past EARLY_SOURCES_MAX_BYTES of spans a flat all-gather-v waits for its counts, then walks only them.
+    most = flat.EARLY_SOURCES_MAX_BYTES // (8 * 4)
+    assert EARLY in source(most).split(FLAT, 1)[1] and EARLY not in source(most + 1).split(FLAT, 1)[1]
+    assert "move_one(OP_COPY, 0, 1, 8, src, dst); continue; }" in source(most + 1).split(FLAT, 1)[1]
+    # The first element's load is written before the count loads, outside any loop: in a loop nvcc put the
+    # counts' clamps ahead of it, and the thread waited for the counts before it loaded (sm_90 SASS).
+    assert body.index("S x = load(g);") < body.index("__ldg(counts + 0)") < body.index("for (")
+    # reduce-scatter-v direct: op k's sources lie past the counts of ops 0..k-1, so element g of the
+    # call's run is element g of every input: all 8 loaded and summed once, before the counts say where it goes.
+    body = source(1001, "reduce-scatter-v", "direct").split(FLAT, 1)[1]
+    assert "move_one(" not in body and body.count(EARLY) == 8 and body.count("value_one(OP_REDUCE, 0, 8, src)") == 1
+    assert body.index("S x = load(g);") < body.index("__ldg(counts + 0)") < body.index("for (")
+    # two-shot's ops (8 at 4 ranks) move parts of counts: each thread finds its op from the counts first.
+    body = source(5, "reduce-scatter-v", "two-shot", ranks=4).split(FLAT, 1)[1]
+    assert EARLY not in body and "move_one(OP_REDUCE, 0, 4, 1, src, dst); continue; }" in body
     # The counts' check runs on the grid's last thread, which has no element to move here, not on element 0's.
     assert "if (blockIdx.x == gridDim.x - 1 && threadIdx.x == blockDim.x - 1) {" in small
 
 
+def test_a_flat_launch_loads_before_its_counts_only_where_no_count_moves_its_loads():
+    caps = (4, 4, 4)
+
+    def run(j: int, offset: int = 0, base: int = 0, window: int = 4, at: int = 0) -> VarOp:
+        """Op j of a reduce-scatter-v-like run: two sources past the counts of ops 0..j-1."""
+        before = tuple(range(j))
+        sources = (VarSlice(base, offset, before), VarSlice(3, offset, before))
+        return VarOp(j, at, window, (*sources, VarSlice(6 + j, 0, ())))
+
+    def ops(*kinds: int) -> list[dict]:
+        return [{"op": k, "nsrc": 2} for k in kinds]
+
+    reduce3 = ops(OP_REDUCE, OP_REDUCE, OP_REDUCE)
+    assert flat.early(reduce3, [run(0), run(1), run(2)], caps, 4) == "run"
+    assert flat.early(reduce3, [run(0), None, run(2)], caps, 4) is None  # op 2 lies past a count no op before it moves
+    mixed = ops(OP_REDUCE, OP_COPY, OP_REDUCE)
+    assert flat.early(mixed, [run(0), run(1), run(2)], caps, 4) is None  # one load, one kind
+    assert flat.early(reduce3, [run(0), run(1, window=3), run(2)], caps, 4) is None  # op 1 moves part of its count
+    assert flat.early(reduce3, [run(0), run(1, at=1), run(2)], caps, 4) is None
+    assert flat.early(reduce3, [run(0), run(1, offset=1), run(2)], caps, 4) is None  # not where op 0's run goes on
+    assert flat.early(reduce3, [run(0), run(1, base=9), run(2)], caps, 4) is None
+    # No count moves any source: each op's window is known before the counts (all-gather-v).
+    fixed = [VarOp(j, 0, 4, (VarSlice(j, 0, ()), VarSlice(9, 0, tuple(range(j))))) for j in range(3)]
+    assert flat.early([{"op": OP_COPY, "nsrc": 1}] * 3, fixed, caps, 4) == "sources"
+    # ... up to EARLY_SOURCES_MAX_BYTES of spans: past it the loads of elements no count holds cost more.
+    wide = [VarOp(j, 0, flat.EARLY_SOURCES_MAX_BYTES // 12, v.slices) for j, v in enumerate(fixed)]
+    wide_caps = (flat.EARLY_SOURCES_MAX_BYTES,) * 3
+    assert flat.early([{"op": OP_COPY, "nsrc": 1}] * 3, wide, wide_caps, 4) == "sources"
+    assert flat.early([{"op": OP_COPY, "nsrc": 1}] * 3, wide, wide_caps, 8) is None
+
+
 def test_a_pooled_walk_is_32_bit_only_where_twice_its_weighted_capacity_fits(monkeypatch):
-    monkeypatch.setattr(variable, "FLAT_MAX_BYTES", 0)  # 1001 would run flat
+    monkeypatch.setattr(flat, "FLAT_MAX_BYTES", 0)  # 1001 would run flat
 
     def walk(count: int) -> str:
         inst = instantiate(load_builtin("all-gather-v"), 8, count, 4)

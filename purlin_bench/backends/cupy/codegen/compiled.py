@@ -28,7 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Sequence
 
-from purlin_bench.backends.cupy.codegen import variable
+from purlin_bench.backends.cupy.codegen import flat, variable
 from purlin_bench.backends.cupy.codegen.atoms import flags_text
 from purlin_bench.backends.cupy.codegen.lower import BUFFER_INDEX, MAX_DST, OFFSET_BITS, OP_COPY, OP_NONE, OP_REDUCE
 from purlin_bench.backends.cupy.codegen.lower import Lowered
@@ -395,9 +395,9 @@ def generate(
     if sized is not None:
         out.extend(variable.check_code(sized[1]))
     if sized is not None and not flagged and not jitter and variable.pools(groups, ops, sized[0], where):
-        if variable.flat(sized[0], layout.itemsize):
-            out.append("  // every thread takes elements of every op, one at a time (variable.flat_code)")
-            out.extend(variable.flat_code(ops, sized[0], sized[1], _KIND))
+        if flat.flat(sized[0], layout.itemsize):
+            out.append("  // every thread takes elements of every op, one at a time (flat.flat_code)")
+            out.extend(flat.flat_code(ops, sized[0], sized[1], _KIND, layout.itemsize))
         else:
             out.append("  // every block takes its share of every op (variable.pooled_code)")
             out.extend(variable.pooled_code(ops, sized[0], sized[1], _KIND))
