@@ -129,13 +129,13 @@ def tune(
     if counts != "uniform" and not any(spec.variable for spec in specs):
         notes.append(f"--counts {counts} is for collectives whose sizes come per call; none is tuned here")
     if sizes:
-        chosen = chosen.with_sizes([parse_bytes(s, "--sizes") for s in common.name_list(sizes)])
+        chosen = chosen.with_sizes(list(dict.fromkeys(parse_bytes(s, "--sizes") for s in common.name_list(sizes))))
     chosen, trials, short = _backend_limits(backend_cls, chosen, max_bytes, trials, sweep_given=sweep != _DEFAULT_SWEEP)
     if short:
         notes.append(short)
     # A str until checked: typer's Path would read --out '' as '.', the current folder.
     out = Path(out) if out is not None else Path(default_results_dir(backend_cls.name))
-    dtypes = tuple(resolve_dtype(d)[0] for d in common.name_list(dtype)) if dtype else chosen.dtypes
+    dtypes = tuple(dict.fromkeys(resolve_dtype(d)[0] for d in common.name_list(dtype))) if dtype else chosen.dtypes
     rank_counts = tuple(ranks_for(common.int_list(ranks, "--ranks", minimum=1) if ranks else None, list(chosen.ranks)))
     request = TuneRequest(
         collectives=specs,

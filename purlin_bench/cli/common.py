@@ -80,9 +80,9 @@ def note(message: str) -> None:
     __getattr__("err_console").print(f"[yellow]note:[/yellow] {escape(message)}", highlight=False, soft_wrap=True)
 
 
-def int_list(text: str, what: str, minimum: int = 0) -> list[int]:
-    """'1,2,8' -> [1, 2, 8]; a clear error for anything else. A value given twice is
-    kept once (as check's name lists are): `--ranks 2,2` ran every row twice."""
+def int_list(text: str, what: str, minimum: int = 0, once: bool = True) -> list[int]:
+    """'1,2,8' -> [1, 2, 8]; a clear error for anything else. With ``once`` a value given
+    twice is kept once (as check's name lists are): `--ranks 2,2` ran every row twice."""
     values = []
     for part in str(text).split(","):
         part = part.strip()
@@ -95,7 +95,7 @@ def int_list(text: str, what: str, minimum: int = 0) -> list[int]:
         values.append(value)
     if not values:
         raise PurlinError(f"{what} is empty")
-    return list(dict.fromkeys(values))
+    return list(dict.fromkeys(values)) if once else values
 
 
 def name_list(text: str) -> list[str]:
@@ -142,7 +142,4 @@ def gpu_devices(text: str | None, backend) -> list[int] | None:
         if count < 1:
             raise PurlinError(f"--gpus all: backend {backend.name} sees no device")
         return list(range(count))
-    devices = int_list(text, "--gpus")
-    if len(devices) < len(text.split(",")):  # one rank a GPU: two ranks on one would not be what was timed
-        raise PurlinError(f"--gpus names a GPU twice: '{text}'")
-    return devices
+    return int_list(text, "--gpus", once=False)  # rank i on the i-th: `--procs 4 --gpus 0,0,1,1` pairs them

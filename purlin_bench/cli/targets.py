@@ -3,6 +3,7 @@ to a user's YAML (as COLLECTIVE or through ``--spec``), or ``all``."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -39,5 +40,6 @@ def many_specs(collective: str | None, spec_files: Sequence[str]) -> list[Collec
     elif collective:
         specs.append(resolve(collective))
     specs.extend(load_spec_file(path) for path in spec_files)
-    # 'all-gather,all-gather' (or one file twice): its rows once; two files of one name stay two.
-    return list({(spec.name, spec.source): spec for spec in specs}.values())
+    # 'all-gather,all-gather' (or one file twice, however spelt): its rows once; two files of one
+    # name stay two.
+    return list({(spec.name, os.path.realpath(spec.source)): spec for spec in specs}.values())

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from purlin_bench.base.errors import PurlinError
 from purlin_bench.cli import common, limits
 from tests import cli_refusal
 from tests.cli_refusal import purlin
@@ -201,13 +200,22 @@ def test_a_value_listed_twice_runs_once(capsys):
     assert sorted((r["ranks"], r["inplace"]) for r in rows) == [(2, False), (2, True), (3, False), (3, True)]
 
 
-def test_a_gpu_named_twice_is_refused():
+def test_one_spec_file_named_twice_however_spelt_runs_once(tmp_path, monkeypatch):
+    from purlin_bench.cli.targets import many_specs
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.yaml").write_text((Path(__file__).parents[2] / "collectives" / "all-gather.yaml").read_text())
+    specs = many_specs("mine.yaml,./mine.yaml", [str(tmp_path / "mine.yaml")])
+    assert [s.name for s in specs] == ["all-gather"]
+    assert [s.name for s in many_specs("all-gather", ["mine.yaml"])] == ["all-gather", "all-gather"]  # two files
+
+
+def test_gpus_keep_a_gpu_named_twice_in_place():
     class Devices:  # a backend with GPUs, none needed to parse the list
         name, has_devices = "fake", True
 
-    assert common.gpu_devices("1,0", Devices) == [1, 0]
-    with pytest.raises(PurlinError, match="--gpus names a GPU twice: '0,1,0'"):
-        common.gpu_devices("0,1,0", Devices)
+    # Under --procs several ranks may share a GPU: rank i takes the i-th entry.
+    assert common.gpu_devices("0,0,1,1", Devices) == [0, 0, 1, 1]
 
 
 def test_tune_out_that_is_a_file_is_refused(capsys, tmp_path):

@@ -28,6 +28,10 @@ def test_brackets_and_escapes_inside_strings_do_not_nest():
     text = '["[[[", {"k\\\\": "\\"{{{", "x": ["]]]"]}]'
     assert parse(text) == ["[[[", {"k\\": '"{{{', "x": ["]]]"]}]
     assert parse('["' + "[" * 500 + '"]') == ["[" * 500]
+    # An escaped quote does not end the string: the brackets after it are text too.
+    assert parse('["\\"' + "[" * 100 + '"]') == ['"' + "[" * 100]
+    with pytest.raises(Refused, match="nested more than"):  # an escaped backslash does end it
+        parse('["\\\\", ' + "[" * MAX_JSON_DEPTH + "]" * MAX_JSON_DEPTH + "]")
 
 
 def test_a_long_number_is_refused_but_long_digits_in_a_string_are_text():
@@ -37,6 +41,9 @@ def test_a_long_number_is_refused_but_long_digits_in_a_string_are_text():
 
 
 def test_a_lone_surrogate_is_refused_but_an_escaped_backslash_before_u_is_text():
-    with pytest.raises(Refused, match="lone surrogate"):
-        parse('["\\ud800"]')
+    for escape in ("\\ud800", "\\uDC00", "\\uDFFF", "\\ud83d"):
+        with pytest.raises(Refused, match="lone surrogate"):
+            parse(f'["{escape}"]')
+        with pytest.raises(Refused, match="lone surrogate"):
+            parse(f'{{"{escape}": 1}}')
     assert parse('["\\\\ud800", "\\ud83d\\ude00"]') == ["\\ud800", "\U0001F600"]
