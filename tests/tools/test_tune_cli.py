@@ -330,3 +330,16 @@ def test_help_does_not_import_optuna():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "--trials" in result.stdout
     assert result.stdout.strip().splitlines()[-1] == "optuna imported: False"
+
+
+def test_a_dtype_or_size_given_twice_is_tuned_once(capsys, tmp_path, tiny, monkeypatch):
+    from purlin_bench.tools.tune import driver
+
+    seen = []
+    monkeypatch.setattr(driver, "run_tune", lambda request, reporter, storage: seen.append(request) or [])
+    code, _, err = purlin(capsys, "tune", "all-reduce", "--sweep", tiny, "--backend", "numpy", "--out",
+                          tmp_path / "r", "-d", "float32,f32,float32", "--sizes", "1K,1024,2K")
+    assert code == 0, err
+    (request,) = seen
+    assert request.dtypes == ("float32",)  # f32 is float32: one study, not two of the same
+    assert len(request.sweep.buckets) == 2
