@@ -236,6 +236,38 @@ _FLAT_LINES = [
 ]
 
 
+def _flat_lets(source: str, table: list, what: str, counts: list[int]):
+    """A flat launch's statements (``table``), and its values: the counts as the kernel
+    loads them, then each let in order, every one checked to fit the pool_t the code chose."""
+    body = source.split(FLAT, 1)[1].split('extern "C"', 1)[0]
+    statements = _statements(body, table, what)
+    loaded = _group_counts(body, counts)
+    env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
+    bits = 32 if any(k == "type" and m["type"] == "int" for k, m in statements) else 64
+    for kind, m in statements:
+        if kind == "let":
+            env[m["name"]] = _pool_value(eval(_python(m["expr"]), env), bits)
+    return statements, env, bits
+
+
+def _moved_view(moved: list[dict], ops: list) -> list:
+    """flat_view's and early_view's answer from what their threads moved, per op a
+    (count, sources' match, destinations' match): every element moved once, at its op's
+    first addresses plus its index, and the arrays' sizes as the code declares them."""
+    view = []
+    for k, (n, src, dst) in enumerate(ops):
+        assert sorted(moved[k]) == list(range(n)), (k, n)
+        nsrc = int(src["ns"])
+        assert (nsrc, int(dst["nd"])) == (src["src"].count(", ") + 1, dst["dst"].count(", ") + 1), k
+        if not moved[k]:
+            view.append(None)
+            continue
+        first = moved[k][0]
+        assert all(moved[k][i] == [(b, at + i) for b, at in first] for i in moved[k]), k
+        view.append((n, first[:nsrc], first[nsrc:]))
+    return view
+
+
 def flat_view(source: str, counts: list[int], threads: int):
     """A flat kernel (flat.flat_code) run for ``counts`` by ``threads``
     threads, statement by statement from its own text: each op as
@@ -243,14 +275,7 @@ def flat_view(source: str, counts: list[int], threads: int):
     moves nothing. Every element of an op must be moved once, by one thread,
     at the op's first addresses plus its index; every pool_t value must fit
     the type the code chose."""
-    body = source.split(FLAT, 1)[1].split('extern "C"', 1)[0]
-    statements = _statements(body, _FLAT_LINES, "flat")
-    loaded = _group_counts(body, counts)
-    env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
-    bits = 32 if any(k == "type" and m["type"] == "int" for k, m in statements) else 64
-    for kind, m in statements:
-        if kind == "let":
-            env[m["name"]] = _pool_value(eval(_python(m["expr"]), env), bits)
+    statements, env, bits = _flat_lets(source, _FLAT_LINES, "flat", counts)
     body_ops = [(m["n"], m) for kind, m in statements if kind == "move"]
     assert [m["n"] for kind, m in statements if kind == "next"] == [n for n, _ in body_ops]
     moved: list[dict] = [{} for _ in body_ops]
@@ -265,18 +290,7 @@ def flat_view(source: str, counts: list[int], threads: int):
                     moved[k][i] = [eval(_python(x), at) for x in m["src"].split(", ") + m["dst"].split(", ")]
                     break
                 i -= env[n]
-    view = []
-    for k, (n, m) in enumerate(body_ops):
-        assert sorted(moved[k]) == list(range(env[n])), (k, env[n])
-        if not moved[k]:
-            view.append(None)
-            continue
-        first = moved[k][0]
-        assert all(moved[k][i] == [(b, at + i) for b, at in first] for i in moved[k]), k
-        nsrc = int(m["ns"])  # move_one's source and destination counts are its arrays' sizes (the regex)
-        assert (nsrc, int(m["nd"])) == (m["src"].count(", ") + 1, m["dst"].count(", ") + 1), k
-        view.append((env[n], first[:nsrc], first[nsrc:]))
-    return view
+    return _moved_view(moved, [(env[n], m, m) for n, m in body_ops])
 
 
 EARLY = "store_one(x, dst);"  # a flat launch whose loads do not wait for the counts (flat.early_code)
@@ -323,14 +337,7 @@ def early_view(source: str, counts: list[int], threads: int, windows: list[int])
     those under the counts' total ("run"). ``windows``: the ops' lengths at capacity.
     "sources": op k's elements are g - start for start <= g < its end, the ops' windows
     end to end; "run": the loads move with g alone (no count) over the windows' sum."""
-    body = source.split(FLAT, 1)[1].split('extern "C"', 1)[0]
-    statements = _statements(body, _EARLY_LINES, "early")
-    loaded = _group_counts(body, counts)
-    env = {f"b{i}": _Base(i) for i in range(512)} | {f"c{i}": n for i, n in loaded.items()} | {"c": loaded}
-    bits = 32 if any(k == "type" and m["type"] == "int" for k, m in statements) else 64
-    for kind, m in statements:
-        if kind == "let":
-            env[m["name"]] = _pool_value(eval(_python(m["expr"]), env), bits)
+    statements, env, bits = _flat_lets(source, _EARLY_LINES, "early", counts)
     of = {kind: [m for k, m in statements if k == kind] for kind, _ in _EARLY_LINES}
     (end,) = [int(m["end"]) for m in of["end"]]
     how = "sources" if of["span-load"] else "run"
@@ -371,18 +378,7 @@ def early_view(source: str, counts: list[int], threads: int, windows: list[int])
             at = env | {"i": i, "g": g}
             assert i not in moved[k], (k, i)
             moved[k][i] = [eval(_python(x), at) for x in loads[k]["src"].split(", ") + stores[k]["dst"].split(", ")]
-    view = []
-    for k, store in enumerate(stores):
-        assert sorted(moved[k]) == list(range(env[store["n"]])), (k, env[store["n"]])
-        nsrc = int(loads[k]["ns"])  # value_one's source count and each array's size agree (the regex)
-        assert (nsrc, int(store["nd"])) == (loads[k]["src"].count(", ") + 1, store["dst"].count(", ") + 1)
-        if not moved[k]:
-            view.append(None)
-            continue
-        first = moved[k][0]
-        assert all(moved[k][i] == [(b, at + i) for b, at in first] for i in moved[k]), k
-        view.append((env[store["n"]], first[:nsrc], first[nsrc:]))
-    return view
+    return _moved_view(moved, [(env[m["n"]], load, m) for load, m in zip(loads, stores)])
 
 
 def all_overlaps(moves):
