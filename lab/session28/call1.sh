@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Session 28's first call (written without a device; run it from main's tree, carry
 # [".whl", ".kcache.tgz"]). Untracked snapshots first, from the repository root:
-#   rm -rf .snapruns .snaprun && mkdir .snapruns .snaprun
+#   rm -rf .snapruns .snaprun .snapboth && mkdir .snapruns .snaprun .snapboth
 #   git archive a2av-runs | tar -x -C .snapruns; git archive flat-run-bound | tar -x -C .snaprun
+#   git archive s28-both | tar -x -C .snapboth   # main + a2av-runs + counts-direct, merged
 # 1. Where small -v time goes (lab/scripts/variable_gap.py): the default's kernel launched bare
 #    minus one thing at a time, beside torch and the fixed all-gather (about 90 s).
 # 2. a2av-runs (all-to-all-v at 8 ranks flat over its senders' runs up to 16 KiB of runs)
 #    against main, 8 B-64 KiB, both distributions; flat-run-bound against main, 256 KiB-4 MiB.
-# 3. The branches' exactness: check at 3 and 8 virtual ranks, every strategy, and the
-#    Communicator's GPU tests from .snapruns.
+# 3. The branches' exactness: check at 3 and 8 virtual ranks, every strategy, and the GPU
+#    tests of the -v collectives (bench-level, and the Communicator's under torchrun, which
+#    counts-direct changes: the kernel reads the caller's counts tensor) from .snapboth.
 source lab/device-prelude.sh
 R=$PWD
 G="python3 lab/scripts/variable_gap.py --iters 50 --reps 15"
@@ -26,5 +28,6 @@ R=$R/.snapruns ck runs 70 all-to-all-v --strategy all --counts all --ranks 3,8 -
   -d float32,bfloat16
 R=$R/.snaprun ck run 50 reduce-scatter-v --strategy direct --counts all --ranks 3,8 --count 100000,250000 \
   --kernel compiled -d float32,bfloat16
-[ $SECONDS -lt 480 ] && ( use_tree $R/.snapruns; timeout 90 python3 -m pytest -q -m gpu tests/gpu/test_gpu_variable.py \
-  -p no:cacheprovider > $T/pytest-v.log 2>&1; echo "== pytest rc=$? t=$SECONDS"; tail -2 $T/pytest-v.log )
+[ $SECONDS -lt 440 ] && ( use_tree $R/.snapboth; timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_gpu_variable.py \
+  tests/gpu/test_gpu_comm_procs.py -k "serves or captured or count or variable" -p no:cacheprovider > $T/pytest-v.log 2>&1
+  echo "== pytest rc=$? t=$SECONDS"; tail -3 $T/pytest-v.log )
