@@ -23,7 +23,7 @@ from purlin_bench.measure.service import MeasurementService
 from purlin_bench.base.sizes import counted, parse_bytes
 from purlin_bench.strategies import get_strategy
 from purlin_bench.base.textfile import is_stream
-from purlin_bench.spec.variable import DISTRIBUTIONS
+from purlin_bench.spec.variable import distribution_option
 
 ORDER = 40
 # Said wherever a run prints the reference backend's baseline: its name is
@@ -53,10 +53,10 @@ def bench(
                                       "(nccl-tests names too)"),
     op: str = typer.Option("sum", "-o", "--op", help="reduction: sum|prod|max|min"),
     root: int = typer.Option(0, "-r", "--root", help="root rank of rooted collectives"),
-    counts: str = typer.Option("uniform", "--counts",
-                               help="Sizes per call (all-to-all-v, ...): how a row's counts are drawn, adding up to "
-                               "its size: uniform, skewed (Zipf over ranks, as MoE routing), hot (one rank takes all), "
-                               "sparse."),
+    counts: Optional[str] = typer.Option(None, "--counts",
+                                         help="Sizes per call (all-to-all-v, ...): how a row's counts are drawn, "
+                                         "adding up to its size: uniform (the default), skewed (Zipf over ranks, as "
+                                         "MoE routing), hot (one rank takes all), sparse."),
     check: int = typer.Option(1, "-c", "--check", help="1: count wrong elements against the reference"),
     cudagraph: int = typer.Option(5, "-G", "--cudagraph",
                                   help="replay each captured batch this many times (median); 0: eager launches"),
@@ -108,8 +108,7 @@ def bench(
     limits.check_choice(check, "--check", (0, 1))
     limits.check_plan_param("channels", channels, "--channels")
     specs = many_specs(collective, spec_files or [])
-    if counts not in DISTRIBUTIONS:
-        raise PurlinError(f"unknown --counts '{counts}' (known: {', '.join(DISTRIBUTIONS)})")
+    counts = distribution_option(counts, specs)
     limits.check_bench(specs, maxbytes, backend, ranks, gpus, datatype, inplace, counts)
     dtype, _ = resolve_dtype(datatype)
     if fmt not in FORMATS:
@@ -125,7 +124,7 @@ def bench(
     devices = common.gpu_devices(gpus, backend_cls)
     n_ranks = len(devices) if devices else ranks
     if n_ranks < 1:
-        raise PurlinError(f"--ranks must be at least 1, got {n_ranks}")
+        raise PurlinError(f"--ranks must be >= 1, got {n_ranks}")
     if not -1 <= root < n_ranks:  # -1: nccl-tests' "no root"; a rooted spec refuses it below
         raise PurlinError(f"--root {root} is out of range for {n_ranks} ranks")
     top = parse_bytes(maxbytes or backend_cls.default_bench_max, "--maxbytes")
@@ -187,7 +186,7 @@ def bench(
         # Sizes per call: S is of the row's total (nccl-tests' S); the counts are in each JSON row.
         env["counts"] = counts
         say(f"# counts: {counts} (sizes per call: a row's counts add up to its size S; every call of a row, and "
-            f"every baseline, runs the same counts)")
+            f"every baseline, runs the same counts; 'count' is the largest, the chunk capacity its buffers hold)")
     command = common.command_line()
     total = sum(len(items) for _, items in plan_text)
     layout = TableLayout(baselines, common.console.width)

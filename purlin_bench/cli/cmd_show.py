@@ -11,6 +11,7 @@ from purlin_bench.cli.limits import check_plan_param, check_ranks
 from purlin_bench.cli.targets import one_spec
 from purlin_bench.base.dtypes import resolve_dtype
 from purlin_bench.base.errors import PurlinError
+from purlin_bench.strategies import STRATEGIES
 from purlin_bench.strategies.default import untuned_config
 from purlin_bench.strategies.derive import derive_program
 from purlin_bench.program.render import render_rich
@@ -26,7 +27,7 @@ def show(
     ),
     ranks: int = typer.Option(4, "--ranks", help="Number of ranks."),
     strategy: str = typer.Option(
-        "auto", "--strategy", "-s", help="direct, push, two-shot, ring, or auto (the untuned default)."
+        "auto", "--strategy", "-s", help=f"{', '.join(STRATEGIES)}, or auto (the untuned default)."
     ),
     slice_bytes: str = typer.Option(
         "0", "--slice-bytes", help="Bytes per slice, e.g. 4K or 1M; 0 lets the strategy choose."

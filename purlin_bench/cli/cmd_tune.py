@@ -27,7 +27,7 @@ from purlin_bench.cli.procs import MPS_HELP, PROCS_HELP, check_mps, check_procs,
 from purlin_bench.base.errors import PurlinError
 from purlin_bench.base.sizes import counted, parse_bytes
 from purlin_bench.cli.targets import many_specs
-from purlin_bench.spec.variable import DISTRIBUTIONS
+from purlin_bench.spec.variable import distribution_option
 
 ORDER = 50
 _DEFAULT_SWEEP = "default"
@@ -77,9 +77,10 @@ def tune(
                                                  "backend's: none on a GPU, 64K on the CPU reference]"),
     force: bool = typer.Option(False, "--force",
                                help="confirm the finalists again and rewrite plans that are already complete"),
-    counts: str = typer.Option("uniform", "--counts",
-                               help="sizes per call (all-to-all-v, ...): how each bucket's counts are drawn, adding "
-                                    "up to its size (uniform, skewed, hot, sparse); part of the plan's name"),
+    counts: Optional[str] = typer.Option(None, "--counts",
+                                         help="sizes per call (all-to-all-v, ...): how each bucket's counts are "
+                                              "drawn, adding up to its size (uniform, the default; skewed, hot, "
+                                              "sparse); part of the plan's name"),
     procs: Optional[str] = typer.Option(None, "--procs", help=PROCS_HELP),
     mps: bool = typer.Option(False, "--mps", help=MPS_HELP),
 ) -> int:
@@ -98,8 +99,6 @@ def tune(
     if storage is not None:
         check_url(storage)
     outputs.check_output_dir(out, "--out")
-    if counts not in DISTRIBUTIONS:
-        raise PurlinError(f"unknown --counts '{counts}' (known: {', '.join(DISTRIBUTIONS)})")
     if sampler not in SAMPLERS:
         raise PurlinError(f"unknown sampler '{sampler}' (known: {', '.join(SAMPLERS)})")
     if trials is not None and trials < 1:
@@ -113,6 +112,7 @@ def tune(
         raise PurlinError(f"--timeout must be a finite number of seconds > 0, got {timeout}")
     chosen = resolve_sweep(sweep)
     specs = tuple(many_specs(collective, spec_files or []))
+    counts = distribution_option(counts, specs)
     check_mps(mps, procs)
     if procs is not None:
         processes = common.int_list(procs, "--procs", minimum=1)

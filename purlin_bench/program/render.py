@@ -260,7 +260,7 @@ def summary_lines(program: Program, summary: Summary | None = None) -> list[str]
         names = ", ".join(f"n{k} = {name}" for k, name in enumerate(program.count_names))
         counts = [
             f"counts (given per call, each 0..{max(program.count_caps)}): {names}",
-            "sizes below: slices as the counts place and clip them (model.py); steps and flags never change",
+            "sizes below: slices as the counts place and clip them; steps and flags never change",
         ]
     return counts + [
         f"steps: {s.steps} ({s.stages} stage, {s.notifies} notify, {s.consumes} consume)"

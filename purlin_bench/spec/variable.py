@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from purlin_bench.base.errors import CountsError
+from purlin_bench.base.errors import CountsError, PurlinError
 from purlin_bench.spec.instance import Instance, _coalesce, _place, key_text
 
 # How a check or bench draws a call's counts (``--counts``):
@@ -35,6 +35,22 @@ from purlin_bench.spec.instance import Instance, _coalesce, _place, key_text
 #   hot      one rank takes everything: its counts at capacity, every other 0
 #   sparse   about half the counts 0, the rest uniform
 DISTRIBUTIONS = ("uniform", "skewed", "hot", "sparse")
+
+
+def distribution_option(text: str | None, specs, allowed: Sequence[str] = DISTRIBUTIONS,
+                        default: str = "uniform") -> str:
+    """The command line's --counts: how a call's counts are drawn (one of ``allowed``),
+    ``default`` where it was not given; refused where no collective asked for (``specs``)
+    takes its sizes per call, so that it is never silently ignored."""
+    if text is None:
+        return default
+    word = text.strip()
+    if word not in allowed:
+        raise PurlinError(f"unknown --counts '{text}' (known: {', '.join(allowed)})")
+    if not any(spec.variable for spec in specs):
+        raise PurlinError("--counts is for collectives whose sizes come per call (count: variable); "
+                          "none of those asked for is one")
+    return word
 
 
 def check_counts(inst: Instance, counts: Sequence[int]) -> tuple[int, ...]:

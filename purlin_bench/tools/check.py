@@ -26,7 +26,7 @@ from purlin_bench.base.inputs import exact_inputs
 from purlin_bench.measure.service import MeasurementService
 from purlin_bench.spec.instance import Instance, instantiate
 from purlin_bench.spec.loader import CollectiveSpec
-from purlin_bench.spec.variable import DISTRIBUTIONS
+from purlin_bench.spec.variable import DISTRIBUTIONS, distribution_option
 from purlin_bench.strategies import STRATEGIES
 from purlin_bench.base.sizes import counted
 
@@ -134,17 +134,8 @@ def parse_dtypes(text: str) -> tuple[str, ...]:
 
 
 def parse_counts(text: str | None, specs: Sequence[CollectiveSpec]) -> str:
-    """--counts: one distribution of a call's counts, or 'all' (the default);
-    refused where no collective asked for takes counts, so it is never ignored."""
-    if text is None:
-        return "all"
-    word = text.strip()
-    if word not in ("all", *DISTRIBUTIONS):
-        raise PurlinError(f"unknown --counts '{text}' (known: all, {', '.join(DISTRIBUTIONS)})")
-    if not any(spec.variable for spec in specs):
-        raise PurlinError("--counts is for collectives whose sizes come per call (count: variable); "
-                          "none of those asked for is one")
-    return word
+    """--counts: one distribution of a call's counts, or 'all' (the default)."""
+    return distribution_option(text, specs, ("all", *DISTRIBUTIONS), "all")
 
 
 def parse_redops(text: str | None) -> tuple[str, ...] | None:

@@ -70,6 +70,9 @@ def test_check_table_has_a_counts_column_only_with_variable_sizes(capsys):
             "unknown --counts 'zipf' (known: all, uniform, skewed, hot, sparse)",
         ),
         (("check", "all-reduce", "--counts", "hot"), "--counts is for collectives whose sizes come per call"),
+        # bench and tune too: a --counts no collective asked for takes was ignored without a word
+        (("bench", "all-reduce", "--backend", "numpy", "--counts", "skewed"), "--counts is for collectives whose"),
+        (("tune", "all-gather", "--backend", "numpy", "--counts", "uniform"), "--counts is for collectives whose"),
         (("show", "all-to-all-v", "--inplace"), "all-to-all-v has no in-place form"),
         (
             ("bench", "all-to-all-v", "--backend", "numpy", "--counts", "zipf"),

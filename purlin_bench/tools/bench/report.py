@@ -123,7 +123,7 @@ def summary(records: list[BenchRecord]) -> list[str]:
         if ratios:
             geo = statistics.geometric_mean(ratios)
             # rows, not sizes: with several collectives or strategies a size has several rows
-            lines.append(f"# Speed-up vs {b:<8}: geometric mean {geo:.2f}x over {len(ratios)} rows (min "
+            lines.append(f"# Speed-up vs {b:<9}: geometric mean {geo:.2f}x over {len(ratios)} rows (min "
                          f"{min(ratios):.2f}x, max {max(ratios):.2f}x)")
     return lines
 
