@@ -31,3 +31,8 @@ R=$R/.snaprun ck run 50 reduce-scatter-v --strategy direct --counts all --ranks 
 [ $SECONDS -lt 440 ] && ( use_tree $R/.snapboth; timeout 150 python3 -m pytest -q -m gpu tests/gpu/test_gpu_variable.py \
   tests/gpu/test_gpu_comm_procs.py -k "serves or captured or count or variable" -p no:cacheprovider > $T/pytest-v.log 2>&1
   echo "== pytest rc=$? t=$SECONDS"; tail -3 $T/pytest-v.log )
+# 4. If time is left: all-to-all-v at 512 KiB-2 MiB skewed (1 MiB: 0.89x torch on one channel, D50)
+#    on 1, 2, 4 and 8 channels; the default takes 1 there and 8 below 2.5 MiB of rank input.
+for c in 1 2 4 8; do
+  [ $SECONDS -lt 520 ] && go ch$c 30 all-to-all-v -b 512K -e 2M -f 2 --counts skewed --channels $c
+done
