@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Session 28's second call (after call1.sh; same snapshots, same carry; about 400 s):
+# 1. flat-run-bound (reduce-scatter-v's run flat to 4 MiB of windows) against main at
+#    256 KiB-4 MiB, both distributions, and its exactness at 3 and 8 ranks;
+# 2. variable_gap.py for all-to-all-v and reduce-scatter-v at 16 and 64 B skewed, from
+#    .snapruns (its all-to-all-v rows are then the runs kernel's);
+# 3. all-to-all-v at 512 KiB-2 MiB skewed on 1, 2, 4 and 8 channels (1 MiB: 0.89x torch on
+#    the default's one channel, D50).
+source lab/device-prelude.sh
+R=$PWD
+V="--backend cupy --no-inplace -n 20 -w 5 -G 5"
+for d in skewed uniform; do
+  trees run-$d 45 "main=$R run=$R/.snaprun" reduce-scatter-v -b 256K -e 4M -f 4 --counts $d
+done
+STOP=250 R=$R/.snaprun ck run 50 reduce-scatter-v --strategy direct --counts all --ranks 3,8 --count 100000,250000 \
+  --kernel compiled -d float32,bfloat16
+( use_tree $R/.snapruns; timeout 90 python3 lab/scripts/variable_gap.py --collective all-to-all-v,reduce-scatter-v \
+  --bytes 16,64 --counts skewed > $T/gap-a2av.log 2>&1; echo "== gap-a2av rc=$? t=$SECONDS"
+  grep -vE "^\s*$" $T/gap-a2av.log | tail -40 )
+for c in 1 2 4 8; do
+  [ $SECONDS -lt 520 ] && go ch$c 30 all-to-all-v -b 512K -e 2M -f 2 --counts skewed --channels $c
+done
