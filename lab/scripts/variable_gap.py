@@ -8,7 +8,11 @@ that each take one thing away:
 - the count loads too (each count its capacity, compiled in);
 - every store of an element but its first destination;
 - every block but the first (only where the first block's threads cover the call);
-- the whole body (an empty kernel of the same parameters: the launch floor).
+- the whole body (an empty kernel of the same parameters: the launch floor);
+
+and the same call as the other small-launch codes run it (flat without early
+loads, pooled: flat.py's bounds set aside) and with plain loads for
+``ld.global.cg`` (the datapath's loads are strong, gpu-scoped, in SASS).
 
 The fixed all-gather of the same bytes runs beside them (its runner and its
 torch), since at 8-256 B it is no faster than torch either. Only the runners'
@@ -25,7 +29,8 @@ import re
 import sys
 
 from purlin_bench.backends.cupy import CupyBackend
-from purlin_bench.backends.cupy.codegen.compiled import options_of
+from purlin_bench.backends.cupy.codegen import flat
+from purlin_bench.backends.cupy.codegen.compiled import options_of, params_of
 from purlin_bench.backends.cupy.runtime.timing import StreamCandidate
 from purlin_bench.backends.port import TimingPolicy
 from purlin_bench.base.sizes import parse_bytes
@@ -53,6 +58,30 @@ def variants(text: str) -> dict[str, str]:
     if BODY not in text:
         raise SystemExit("variable_gap: the generated kernel's signature changed; update BODY")
     out["empty body (same parameters)"] = text.replace(BODY, BODY + "  return;\n", 1)
+    return out
+
+
+def other_codes(backend, program, exec_params: dict, text: str) -> dict[str, str]:
+    """Label -> the same program's source as the other small-launch codes would run it,
+    where that differs from ``text`` and takes the same parameters."""
+    bounds = ("EARLY_SOURCES_MAX_BYTES", "FLAT_MAX_BYTES", "RUNS_MAX_BYTES")
+    saved = {name: getattr(flat, name) for name in bounds if hasattr(flat, name)}
+    out = {}
+    try:
+        for label, zero in (("no early loads (flat, or grouped)", ("EARLY_SOURCES_MAX_BYTES", "RUNS_MAX_BYTES")),
+                            ("pooled", ("EARLY_SOURCES_MAX_BYTES", "RUNS_MAX_BYTES", "FLAT_MAX_BYTES"))):
+            for name in zero:
+                if name in saved:
+                    setattr(flat, name, 0)
+            other = backend.source(program, **exec_params)
+            if other != text and other not in out.values() and params_of(other) == params_of(text):
+                out[label] = other
+    finally:
+        for name, value in saved.items():
+            setattr(flat, name, value)
+    plain = text.replace("ld.global.cg.", "ld.global.")
+    if plain != text:
+        out["plain loads (ld.global, not .cg)"] = plain
     return out
 
 
@@ -90,7 +119,8 @@ def row(service, backend, collective: str, size: int, distribution: str, policy:
         return 1
     options = options_of(text)
     grid = runner.launches[0].grid
-    for label, source in variants(text).items():
+    codes = {**variants(text), **other_codes(backend, prepared.program, dict(config.exec_params), text)}
+    for label, source in codes.items():
         cands[label] = bare(prepared, source, options, grid)
     end = re.search(r"const pool_t END = (\d+)", text)
     if end and int(end.group(1)) <= runner.threads and grid > 1:
