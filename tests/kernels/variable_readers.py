@@ -92,14 +92,21 @@ def generated_view(source: str, counts: list[int]):
     return [move for items in generated_moves(source, counts) for move in items if move is not None]
 
 
+# Lines a pooled or flat body may hold: counts loaded into shared memory, one thread a
+# count (read by _group_counts, not here), and the barrier after them; the type of its
+# arithmetic, pool_t.
+_SHARED_COUNT_LINES = [
+    ("skip", re.compile(r"__shared__ i64 \w+\[\d+\];|__syncthreads\(\);.*")),
+    ("skip", re.compile(r"for \(int k = threadIdx\.x.*|\{ const int id\[.*")),
+]
+_TYPE_LINE = ("type", re.compile(r"typedef (?P<type>int|i64) pool_t;.*"))
+
 POOLED = "every block takes its share of every op"
 # The pooled body's statements (variable.pooled_code), each read on its own line: a
 # line the reader does not know fails the test, so none is skipped over unread.
 _POOLED_LINES = [
-    # The count loads (read by _group_counts) and the barrier after them.
-    ("skip", re.compile(r"__shared__ i64 \w+\[\d+\];|__syncthreads\(\);.*")),
-    ("skip", re.compile(r"for \(int k = threadIdx\.x.*|\{ const int id\[.*")),
-    ("type", re.compile(r"typedef (?P<type>int|i64) pool_t;.*")),
+    *_SHARED_COUNT_LINES,
+    _TYPE_LINE,
     ("let", re.compile(r"const pool_t (?P<name>total|per) = (?P<expr>.*);")),
     ("share", re.compile(r"const pool_t lo = (?P<lo>.*), hi = (?P<hi>.*);")),
     ("return", re.compile(r"if \((?P<cond>[^)]*)\) return;")),
@@ -207,9 +214,9 @@ FLAT = "every thread takes elements of every op"
 # The flat body's statements (flat.flat_code), each on its own line; as for the
 # pooled body, a line the reader does not know fails the test.
 _FLAT_LINES = [
-    ("skip", re.compile(r"__shared__ i64 \w+\[\d+\];|__syncthreads\(\);.*|\}")),
-    ("skip", re.compile(r"for \(int k = threadIdx\.x.*|\{ const int id\[.*|const i64 c\d+ = clamp_count.*")),
-    ("type", re.compile(r"typedef (?P<type>int|i64) pool_t;.*")),
+    *_SHARED_COUNT_LINES,
+    ("skip", re.compile(r"const i64 c\d+ = clamp_count.*|\}")),  # or into registers
+    _TYPE_LINE,
     ("let", re.compile(r"const pool_t (?P<name>n\d+|total) = (?P<expr>.*);")),
     ("loop", re.compile(
         r"for \(pool_t e = \(pool_t\)\(blockIdx\.x \* blockDim\.x \+ threadIdx\.x\); e < total;"
@@ -296,7 +303,7 @@ _EARLY_LOOPS = {
 }
 _EARLY_LINES = [
     ("skip", re.compile(r"const i64 c\d+ = clamp_count.*|\}|\};")),
-    ("type", re.compile(r"typedef (?P<type>int|i64) pool_t;.*")),
+    _TYPE_LINE,
     ("end", re.compile(r"const pool_t END = (?P<end>\d+), step = \(pool_t\)\(gridDim\.x \* blockDim\.x\);")),
     ("skip", re.compile(re.escape("pool_t g = (pool_t)(blockIdx.x * blockDim.x + threadIdx.x);"))),
     ("skip", re.compile(re.escape("if (g < END) {"))),
